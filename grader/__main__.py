@@ -1,0 +1,5 @@
+"""``python -m grader`` is the same as the ``mha-course`` command."""
+
+from grader.cli import main
+
+main()

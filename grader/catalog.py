@@ -1,0 +1,150 @@
+"""What the course contains: chapters, their exercises, points and rules.
+
+This is the only list of exercises. The command line, the build, the checks
+and the reports all read it; a new chapter is one entry here, one solution
+file, one checks file and one lesson folder.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# The course's folders sit beside the ``grader`` package, both in a checkout
+# and in an editable install.
+COURSE_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One function a student writes.
+
+    Attributes:
+        name: the function's name in the chapter's module.
+        summary: a few words for tables.
+        points: what passing every check of the exercise is worth.
+        forbidden: dotted names of library functions the exercise may not call
+            (the thing it asks the student to write).
+        uses: earlier exercises of the same chapter that it builds on; when
+            those fail too, the report says so.
+    """
+
+    name: str
+    summary: str
+    points: int
+    forbidden: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A lesson with its exercises; ``slug`` names its files."""
+
+    number: int
+    slug: str
+    title: str
+    exercises: tuple[Exercise, ...]
+
+    @property
+    def id(self) -> str:
+        """Short id used on the command line: ``ch01``."""
+        return f"ch{self.number:02d}"
+
+    @property
+    def module(self) -> str:
+        """Stem of the solution and exercise files: ``ch01_self_attention``."""
+        return f"{self.id}_{self.slug}"
+
+    @property
+    def folder(self) -> str:
+        """Name of the lesson folder under ``chapters/``: ``01_self_attention``."""
+        return f"{self.number:02d}_{self.slug}"
+
+    @property
+    def points(self) -> int:
+        return sum(exercise.points for exercise in self.exercises)
+
+    def exercise(self, name: str) -> Exercise:
+        for exercise in self.exercises:
+            if exercise.name == name:
+                return exercise
+        raise KeyError(f"{self.id} has no exercise {name!r}")
+
+
+SOFTMAX_CALLS = (
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.functional.log_softmax",
+)
+ATTENTION_CALLS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+)
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter(
+        number=1,
+        slug="self_attention",
+        title="Scaled dot-product self-attention",
+        exercises=(
+            Exercise("softmax", "numerically stable softmax", 2, forbidden=SOFTMAX_CALLS),
+            Exercise(
+                "scaled_dot_product_attention",
+                "attention with mask and scale",
+                4,
+                forbidden=ATTENTION_CALLS,
+                uses=("softmax",),
+            ),
+            Exercise(
+                "self_attention",
+                "single-head self-attention",
+                2,
+                forbidden=ATTENTION_CALLS,
+                uses=("scaled_dot_product_attention",),
+            ),
+            Exercise("softmax_numpy", "softmax in NumPy", 1),
+            Exercise(
+                "scaled_dot_product_attention_numpy",
+                "attention in NumPy",
+                2,
+                uses=("softmax_numpy",),
+            ),
+        ),
+    ),
+)
+
+
+class UnknownChapter(LookupError):
+    """A command-line target that names no chapter."""
+
+
+def find_chapter(target: str) -> Chapter:
+    """The chapter a target names: ``ch01``, ``1``, ``01``, ``01_self_attention``,
+    ``ch01_self_attention`` or ``self_attention`` all name chapter 1."""
+    wanted = target.strip().lower()
+    number = re.fullmatch(r"(?:ch)?(\d+)", wanted)
+    for chapter in CHAPTERS:
+        if wanted in {chapter.id, chapter.module, chapter.folder, chapter.slug}:
+            return chapter
+        if number and int(number.group(1)) == chapter.number:
+            return chapter
+    known = ", ".join(chapter.id for chapter in CHAPTERS)
+    raise UnknownChapter(f"unknown chapter {target!r} (known: {known})")
+
+
+def chapter_for_file(path: Path) -> Chapter:
+    """The chapter a submitted file belongs to, from its name (``ch01_*.py``)."""
+    match = re.match(r"ch(\d+)", path.stem.lower())
+    if match:
+        for chapter in CHAPTERS:
+            if chapter.number == int(match.group(1)):
+                return chapter
+    raise UnknownChapter(
+        f"cannot tell which chapter {path.name} is for: name it like "
+        f"{CHAPTERS[0].module}{path.suffix or '.py'}"
+    )

@@ -1,0 +1,182 @@
+"""The ``mha-course`` command: ``grade``, ``list`` and ``build``.
+
+Errors in what was asked (an unknown chapter, a missing file or folder) are
+one red line on stderr and exit status 2; a grade exits 0 when every check
+passed and 1 otherwise. torch is imported only by the commands that need it,
+so ``list`` and ``--help`` answer at once.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, chapter_for_file, find_chapter
+
+app = typer.Typer(
+    help="Grade the exercises of the attention course, and build them from the solutions.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+stdout = Console()
+stderr = Console(stderr=True)
+
+USAGE_ERROR = 2
+
+
+class Device(str, enum.Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+def usage_error(message: str) -> NoReturn:
+    stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(USAGE_ERROR)
+
+
+def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path]]:
+    """Turn command-line targets into ``(chapter, file)`` pairs.
+
+    A target is a chapter (``ch01``, ``1``, ``01_self_attention``), looked up
+    in ``directory``, or a path to a file. No target means every chapter
+    whose file is in ``directory``.
+    """
+    if not directory.is_dir():
+        usage_error(f"no such directory: {directory}")
+    if not targets:
+        found = [(c, directory / f"{c.module}.py") for c in CHAPTERS]
+        found = [(c, path) for c, path in found if path.is_file()]
+        if not found:
+            usage_error(f"no exercise files in {directory} (expected names like {CHAPTERS[0].module}.py)")
+        return found
+    chosen: dict[str, tuple[Chapter, Path]] = {}
+    for target in targets:
+        as_path = Path(target)
+        try:
+            if as_path.suffix or as_path.is_file():
+                if as_path.suffix != ".py":
+                    usage_error(f"{target}: only .py files can be graded")
+                if not as_path.is_file():
+                    usage_error(f"no such file: {target}")
+                chapter, path = chapter_for_file(as_path), as_path
+            else:
+                chapter = find_chapter(target)
+                path = directory / f"{chapter.module}.py"
+                if not path.is_file():
+                    usage_error(f"no file {path} for {chapter.id}")
+        except UnknownChapter as error:
+            usage_error(str(error))
+        if chapter.id in chosen and chosen[chapter.id][1].resolve() != path.resolve():
+            usage_error(f"two files for {chapter.id}: {chosen[chapter.id][1]} and {path}")
+        chosen[chapter.id] = (chapter, path)
+    return list(chosen.values())
+
+
+def _device(choice: Device):
+    import torch
+
+    if choice is Device.cpu:
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if choice is Device.auto:
+        return torch.device("cpu")
+    usage_error(f"--device cuda: CUDA is not available here (torch {torch.__version__}); "
+                "use --device cpu or auto")
+
+
+@app.command()
+def grade(
+    targets: Annotated[Optional[list[str]], typer.Argument(
+        help="Chapters (ch01, 1, 01_self_attention) or .py files; none means every chapter found.",
+        show_default=False)] = None,
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="Folder holding the submission.  [default: exercises/]",
+        show_default=False)] = None,
+    solutions: Annotated[bool, typer.Option(
+        "--solutions", help="Grade the reference solutions (same as --dir solutions).")] = False,
+    device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+    seed: Annotated[Optional[int], typer.Option(
+        help="Seed of the random inputs, to replay a run.  [default: a fresh one]",
+        show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print Gradescope's results.json on stdout instead of a table.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="List every failed check, not only the first.")] = False,
+) -> None:
+    """Grade a submission: one row per exercise, with points and the reason."""
+    if solutions and directory is not None:
+        usage_error("use either --solutions or --dir, not both")
+    folder = COURSE_ROOT / "solutions" if solutions else directory or COURSE_ROOT / "exercises"
+    chosen = resolve_targets(targets or [], folder)
+    where = _device(device)
+
+    from grader.grading import GraderError
+    from grader.grading import grade as run_grade
+    from grader.report import print_json, print_table
+    from grader.sandbox import Limits
+
+    limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
+    try:
+        report = run_grade(chosen, where, limits, seed)
+    except GraderError as error:
+        stderr.print(f"[bold red]grader error:[/] {error}", highlight=False)
+        raise typer.Exit(3) from None
+    if as_json:
+        print_json(report)
+    else:
+        print_table(report, stdout, verbose)
+    raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command("list")
+def list_exercises() -> None:
+    """List the chapters and their exercises, with points."""
+    table = Table(title="mha-course exercises", title_justify="left")
+    table.add_column("chapter", no_wrap=True)
+    table.add_column("exercise", no_wrap=True)
+    table.add_column("points", justify="right")
+    table.add_column("what it is")
+    for chapter in CHAPTERS:
+        table.add_row(f"[bold]{chapter.id}[/]", f"[bold]{chapter.title}[/]", str(chapter.points), "")
+        for exercise in chapter.exercises:
+            table.add_row("", exercise.name, str(exercise.points), exercise.summary)
+    stdout.print(table)
+    total = sum(chapter.points for chapter in CHAPTERS)
+    stdout.print(f"{len(CHAPTERS)} chapter(s), {total} points. Grade one with: mha-course grade ch01")
+
+
+@app.command()
+def build(
+    check: Annotated[bool, typer.Option(
+        "--check", help="Write nothing; exit 1 if a generated file is out of date.")] = False,
+) -> None:
+    """Write exercises/ and the lessons' figures from solutions/ (for course authors)."""
+    from grader.build import MarkerError, generated_files, stale_files, write_files
+
+    try:
+        files = generated_files()
+    except (MarkerError, OSError) as error:
+        usage_error(str(error))
+    if check:
+        stale = stale_files(files)
+        for path in stale:
+            stderr.print(f"out of date: {path.relative_to(COURSE_ROOT)}", highlight=False)
+        raise typer.Exit(1 if stale else 0)
+    changed = write_files(files)
+    for path in changed:
+        stdout.print(f"wrote {path.relative_to(COURSE_ROOT)}", highlight=False)
+    stdout.print(f"{len(files)} generated files, {len(changed)} changed.")
+
+
+def main() -> None:
+    app()

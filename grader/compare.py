@@ -1,0 +1,227 @@
+"""Judge what a submission returned, and say in one sentence what is wrong.
+
+Checks call these helpers with the submission's value and the expected one.
+A failure raises ``CheckFailure`` whose message names what was tried and what
+differs, in the order a student should fix things: the kind of value, its
+shape, dtype and device, NaN or infinity, then the values themselves (largest
+error and where). When the value matches a known wrong implementation on the
+same inputs, the failure carries that bug's hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from grader.wire import Foreign
+
+# (rtol, atol) per dtype: |got - expected| <= atol + rtol * |expected|.
+# Looser than torch.testing's float32 default: a correct student may sum in
+# another order than the reference.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-9),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 1e-2),
+}
+
+
+class CheckFailure(AssertionError):
+    """A check's verdict against the submission.
+
+    ``kind`` says what sort of failure it is, so that reports can sum up an
+    exercise: "mismatch", "error", "not-implemented", "missing", "timeout",
+    "crash", "exit", "memory", "forbidden", "protocol" or "unreadable".
+    """
+
+    def __init__(self, message: str, kind: str = "mismatch", hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.hint = hint  # "looks like ...": the known bug the value matches
+
+
+def fail(message: str, kind: str = "mismatch", hint: str | None = None) -> None:
+    raise CheckFailure(message, kind, hint)
+
+
+def shape_text(shape: Iterable[int]) -> str:
+    """``(2, 3)``, and ``(5,)`` for one dimension, as Python writes tuples."""
+    return str(tuple(int(size) for size in shape))
+
+
+def describe(value: object) -> str:
+    """A short, input-free description of a value: ``tensor (2, 3) float32``."""
+    if isinstance(value, torch.Tensor):
+        where = "" if value.device.type == "cpu" else f" on {value.device}"
+        return f"tensor {shape_text(value.shape)} {str(value.dtype).removeprefix('torch.')}{where}"
+    if isinstance(value, np.ndarray):
+        return f"array {shape_text(value.shape)} {value.dtype}"
+    if isinstance(value, Foreign):
+        return f"a {value.type_name}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return repr(value) if isinstance(value, (bool, int, float, type(None))) else type(value).__name__
+
+
+def brief(value: object) -> str:
+    """Shape, plus dtype and device where they are not the usual ones:
+    ``(2, 5, 8)``, ``(5, 7) bool``, ``(3, 4) float64``."""
+    if isinstance(value, torch.Tensor):
+        text = shape_text(value.shape)
+        if value.dtype != torch.float32:
+            text += " " + str(value.dtype).removeprefix("torch.")
+        return text if value.device.type == "cpu" else f"{text} on {value.device}"
+    if isinstance(value, np.ndarray):
+        return shape_text(value.shape) + ("" if value.dtype == np.float64 else f" {value.dtype}")
+    return describe(value)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "a torch.Tensor"
+    if isinstance(value, np.ndarray):
+        return "a NumPy array"
+    if value is None:
+        return "None"
+    return describe(value)
+
+
+def unpack(got: object, names: Sequence[str], what: str) -> tuple:
+    """Split a returned tuple into its parts, failing if it is not one."""
+    if not isinstance(got, (tuple, list)) or len(got) != len(names):
+        expected = f"a tuple ({', '.join(names)})"
+        if got is None:
+            fail(f"{what} returned None, expected {expected}: is a return statement missing?")
+        fail(f"{what} returned {describe(got)}, expected {expected}")
+    return tuple(got)
+
+
+def _as_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(value)) if isinstance(value, np.ndarray) else value
+
+
+def _index_text(flat_index: int, shape: Sequence[int]) -> str:
+    if not shape:
+        return ""
+    return " at [" + ", ".join(str(int(i)) for i in np.unravel_index(flat_index, tuple(shape))) + "]"
+
+
+def expect_like(got: object, expected: torch.Tensor | np.ndarray, what: str) -> None:
+    """Same kind of array, shape, dtype and device as ``expected``."""
+    if got is None:
+        fail(f"{what} returned None: is a return statement missing?")
+    if isinstance(expected, np.ndarray):
+        if not isinstance(got, np.ndarray):
+            fail(f"{what} returned {_kind(got)}, expected a NumPy array")
+        dtype_text = lambda array: str(array.dtype)  # noqa: E731
+    else:
+        if not isinstance(got, torch.Tensor):
+            fail(f"{what} returned {_kind(got)}, expected a torch.Tensor")
+        dtype_text = lambda tensor: str(tensor.dtype)  # noqa: E731
+    if tuple(got.shape) != tuple(expected.shape):
+        fail(f"{what} has shape {shape_text(got.shape)}, expected {shape_text(expected.shape)}")
+    if got.dtype != expected.dtype:
+        fail(f"{what} has dtype {dtype_text(got)}, expected {dtype_text(expected)}")
+    if isinstance(expected, torch.Tensor) and got.device != expected.device:
+        fail(f"{what} is on {got.device}, expected {expected.device}: create tensors on the inputs' device")
+
+
+def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,
+               equal_nan: bool = False) -> torch.Tensor:
+    """Elementwise: is ``got`` within tolerance of ``expected``?"""
+    both_inf = torch.isinf(got) & torch.isinf(expected) & (torch.sign(got) == torch.sign(expected))
+    close = (got - expected).abs() <= atol + rtol * expected.abs()
+    close = close | both_inf
+    if equal_nan:
+        close = close | (torch.isnan(got) & torch.isnan(expected))
+    return close
+
+
+def matches(got: object, expected: object, rtol: float | None = None,
+            atol: float | None = None) -> bool:
+    """Whether ``got`` equals ``expected`` within tolerance, NaN equal to NaN."""
+    if isinstance(expected, (tuple, list)):
+        return (isinstance(got, (tuple, list)) and len(got) == len(expected)
+                and all(matches(g, e, rtol, atol) for g, e in zip(got, expected)))
+    if not isinstance(expected, (torch.Tensor, np.ndarray)) or type(got) is not type(expected):
+        return False
+    if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
+        return False
+    got_t, expected_t = _as_tensor(got).cpu(), _as_tensor(expected).cpu()
+    default_rtol, default_atol = TOLERANCES.get(expected_t.dtype, (0.0, 0.0))
+    close = close_mask(got_t, expected_t, default_rtol if rtol is None else rtol,
+                       default_atol if atol is None else atol, equal_nan=True)
+    return bool(close.all())
+
+
+def expect_close(
+    got: object,
+    expected: torch.Tensor | np.ndarray,
+    what: str,
+    *,
+    bugs: Callable[[], Iterable[tuple[str, object]]] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference: str = "the reference",
+) -> None:
+    """``got`` equals ``expected`` within the dtype's tolerance.
+
+    Args:
+        got: what the submission returned.
+        expected: the right answer.
+        what: the value being checked, for the message ("weights of
+            scaled_dot_product_attention(q (2, 5, 8), ...)").
+        bugs: called only on a mismatch; yields ``(hint, wrong value)`` pairs
+            for known wrong implementations run on the same inputs. The first
+            hint whose value matches ``got`` goes with the failure.
+        rtol, atol: override the dtype's tolerance.
+        reference: what ``expected`` came from, for the message.
+    """
+    expect_like(got, expected, what)
+    got_t, expected_t = _as_tensor(got), _as_tensor(expected)
+    default_rtol, default_atol = TOLERANCES.get(expected_t.dtype, (0.0, 0.0))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    close = close_mask(got_t, expected_t, rtol, atol)
+    if bool(close.all()):
+        return
+    message = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)
+    fail(message, hint=_first_matching_hint(got, bugs))
+
+
+def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
+                what: str, reference: str) -> str:
+    """One sentence on how ``got`` differs: NaN/inf first, then the worst entry."""
+    shape = tuple(got.shape)
+    wrong = int((~close).sum())
+    total = got.numel()
+    count = f"{wrong} of {total} entries differ"
+    for bad, name in ((torch.isnan(got), "NaN"), (torch.isinf(got), "inf")):
+        unexpected = bad & ~torch.isnan(expected) & ~torch.isinf(expected)
+        if bool(unexpected.any()):
+            first = int(torch.nonzero(unexpected.flatten())[0])
+            return (f"{what} has {name}{_index_text(first, shape)} where {reference} has "
+                    f"{float(expected.flatten()[first]):.4g} ({count})")
+    error = (got.double() - expected.double()).abs()
+    error = torch.where(close, torch.zeros_like(error), torch.nan_to_num(error, nan=float("inf")))
+    worst = int(error.flatten().argmax())
+    return (f"{what}: max abs error {float(error.flatten()[worst]):.3g} against {reference}"
+            f"{_index_text(worst, shape)} (expected {float(expected.flatten()[worst]):.4g}, "
+            f"got {float(got.flatten()[worst]):.4g}; {count})")
+
+
+def _first_matching_hint(got: object, bugs) -> str | None:
+    if bugs is None:
+        return None
+    for hint, wrong in bugs():
+        if matches(got, wrong):
+            return hint
+    return None
+
+
+def expect_true(condition: bool, message: str) -> None:
+    if not condition:
+        fail(message)

@@ -1,0 +1,170 @@
+"""Grade submissions: parse them, run the hidden checks, sum up the verdicts.
+
+``grade`` is what ``mha-course grade`` calls, and what later front ends
+(batch grading, the notebook's ``check()``) call too. It runs every chapter's
+checks in one pytest session in this process; student code runs only in the
+workers that ``RemoteSubmission`` forks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.catalog import Chapter, Exercise
+from grader.loading import SubmissionError, load_submission
+from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
+from grader.remote import RemoteSubmission
+from grader.sandbox import Limits
+
+
+class GraderError(RuntimeError):
+    """The grader could not run its checks (a bug of the course, not the student)."""
+
+
+@dataclass
+class ExerciseResult:
+    """The verdict on one exercise: every check passed, or why not."""
+
+    chapter: Chapter
+    exercise: Exercise
+    status: str  # "passed", "failed", "not implemented" or "missing"
+    reason: str  # one line for a table
+    checks: list[CheckResult]
+    note: str = ""  # e.g. that an exercise it builds on fails too
+
+    @property
+    def score(self) -> int:
+        return self.exercise.points if self.status == "passed" else 0
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        return [check for check in self.checks if check.outcome == "failed"]
+
+
+@dataclass
+class GradeReport:
+    """Everything one ``grade`` run found."""
+
+    exercises: list[ExerciseResult]
+    notes: dict[str, list[str]] = field(default_factory=dict)  # by chapter id
+    seconds: float = 0.0
+    seed: int = 0
+    device: str = "cpu"
+
+    @property
+    def score(self) -> int:
+        return sum(result.score for result in self.exercises)
+
+    @property
+    def max_score(self) -> int:
+        return sum(result.exercise.points for result in self.exercises)
+
+    @property
+    def passed(self) -> bool:
+        return all(result.status == "passed" for result in self.exercises)
+
+
+def grade(
+    targets: list[tuple[Chapter, Path]],
+    device: torch.device = torch.device("cpu"),
+    limits: Limits = Limits(),
+    seed: int | None = None,
+) -> GradeReport:
+    """Grade one file per chapter.
+
+    Args:
+        targets: ``(chapter, path of the student's file)`` pairs.
+        device: where the checks build their inputs.
+        limits: time and memory limits for student code.
+        seed: seed of the random inputs; a fresh one when None.
+    """
+    started = time.perf_counter()
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    submissions = {}
+    for chapter, path in targets:
+        try:
+            parsed = load_submission(path, chapter.module)
+        except SubmissionError as error:
+            parsed = error
+        submissions[chapter.id] = RemoteSubmission(chapter, parsed, limits, device)
+    plugin = GradingPlugin(submissions, seed, device)
+    try:
+        _run_checks([chapter for chapter, _ in targets], plugin)
+    finally:
+        for remote in submissions.values():
+            remote.close()
+    exercises = []
+    for chapter, _ in targets:
+        verdicts: dict[str, ExerciseResult] = {}
+        for exercise in chapter.exercises:
+            checks = [r for r in plugin.results
+                      if r.chapter == chapter.id and r.exercise == exercise.name]
+            verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
+        exercises.extend(verdicts.values())
+    notes = {chapter.id: submissions[chapter.id].notes for chapter, _ in targets
+             if submissions[chapter.id].notes}
+    return GradeReport(exercises, notes, time.perf_counter() - started, seed, str(device))
+
+
+def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
+    """One pytest session over the chapters' check files, silent on stdout."""
+    files = [str(CHECKS_DIR / f"test_{chapter.module}.py") for chapter in chapters]
+    arguments = [
+        *files,
+        "-c", str(CHECKS_DIR / "pytest.ini"),  # never a config file of the submission's
+        "--rootdir", str(CHECKS_DIR),
+        "--noconftest",  # a conftest.py next to a submission is never loaded
+        "--import-mode=importlib",
+        # Plugins a grading run has no use for; unraisableexception alone
+        # spends half a second in gc.collect() at the end of the session.
+        *("-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:unraisableexception",
+          "-p", "no:threadexception", "-p", "no:faulthandler", "-p", "no:doctest",
+          "-p", "no:junitxml", "-p", "no:pastebin", "-p", "no:logging"),
+        "--capture=no",
+        "-q",
+    ]
+    output = io.StringIO()
+    previous = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # installed plugins stay out too
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            code = pytest.main(arguments, plugins=[plugin])
+    finally:
+        if previous is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        raise GraderError(f"the checks could not run (pytest exit {int(code)}):\n{output.getvalue()}")
+
+
+def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
+             earlier: dict[str, ExerciseResult]) -> ExerciseResult:
+    """Sum up an exercise's checks: all pass, or the first failure's sentence."""
+    failed = [check for check in checks if check.outcome == "failed"]
+    ran = [check for check in checks if check.outcome != "skipped"]
+    if not ran:
+        return ExerciseResult(chapter, exercise, "failed", "no check ran (a grader problem)", checks)
+    if not failed:
+        return ExerciseResult(chapter, exercise, "passed", f"{len(ran)} checks passed", checks)
+    kinds = {check.kind for check in failed}
+    if kinds == {"not-implemented"} and len(failed) == len(ran):
+        return ExerciseResult(chapter, exercise, "not implemented", "not implemented yet", checks)
+    first = failed[0]
+    if first.kind == "missing":
+        return ExerciseResult(chapter, exercise, "missing", first.message, checks)
+    # The hint of a known bug is the best one-line reason; else the check's name.
+    reason = f"{first.hint or 'fails: ' + first.check} ({len(failed)} of {len(ran)} checks failed)"
+    failing_uses = [name for name in exercise.uses
+                    if name in earlier and earlier[name].status != "passed"]
+    note = f"it uses {', '.join(failing_uses)}, which fails too" if failing_uses else ""
+    return ExerciseResult(chapter, exercise, "failed", reason, checks, note)

@@ -1,0 +1,159 @@
+"""Turn a submitted file into code a worker can run, without running it here.
+
+The grader's own process never executes student code: it only reads the file
+and parses it. A syntax error should cost only the function it sits in, so a
+file that does not parse is repaired: the top-level block holding the error
+(a ``def`` with its decorators, or one statement) is blanked out, its name
+recorded as broken, and the rest parsed again.
+"""
+
+from __future__ import annotations
+
+import __future__ as future_flags
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_REPAIRS = 25  # a file with more broken blocks than this is not worth saving
+DEFINITION = re.compile(r"(?:async\s+def|def|class)\s+(\w+)")
+
+
+class SubmissionError(Exception):
+    """The submission as a whole cannot be graded (unreadable, or no code left)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with the file itself, found before any code ran."""
+
+    line: int
+    message: str
+    name: str | None = None  # the function or class it breaks, if any
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+@dataclass
+class Submission:
+    """A parsed submission, ready to be run statement by statement in a worker.
+
+    Attributes:
+        path: the file as given.
+        module_name: the name the code is run under (the chapter's module).
+        source: the text of the file.
+        statements: compiled top-level statements with their first line, in
+            order; a worker runs them one at a time so that one failing
+            statement does not stop the rest.
+        broken: names whose definition had a syntax error, with the problem.
+        problems: every syntax problem found, broken names included.
+    """
+
+    path: Path
+    module_name: str
+    source: str
+    statements: list[tuple[int, object]] = field(default_factory=list)
+    broken: dict[str, Problem] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _is_block_start(line: str) -> bool:
+    """A line at column 0 that begins a new top-level statement."""
+    return bool(line) and not line[0].isspace() and line[0] not in "#)]}"
+
+
+def _top_level_block(lines: list[str], line_number: int) -> tuple[int, int]:
+    """The ``[start, end)`` line indices of the top-level block holding a line."""
+    index = min(max(line_number - 1, 0), len(lines) - 1)
+    start = index
+    while start > 0 and not _is_block_start(lines[start]):
+        start -= 1
+    while start > 0 and lines[start - 1].startswith("@"):  # keep decorators with their def
+        start -= 1
+    end = index + 1
+    while end < len(lines) and not _is_block_start(lines[end]):
+        end += 1
+    return start, end
+
+
+def _block_name(lines: list[str], start: int, end: int) -> str | None:
+    for line in lines[start:end]:
+        match = DEFINITION.match(line)
+        if match:
+            return match.group(1)
+        if not line.startswith("@"):
+            return None
+    return None
+
+
+def parse_with_repairs(source: str, filename: str) -> tuple[ast.Module, list[Problem]]:
+    """Parse ``source``, blanking out each top-level block with a syntax error.
+
+    Blanked lines stay as empty lines, so every line number the student sees
+    in a message is the line number in their file.
+    """
+    lines = source.splitlines(keepends=True)
+    problems: list[Problem] = []
+    for _ in range(MAX_REPAIRS):
+        try:
+            return ast.parse("".join(lines), filename), problems
+        except SyntaxError as error:
+            if not lines:
+                raise SubmissionError(f"syntax error: {error.msg}") from None
+            start, end = _top_level_block(lines, error.lineno or 1)
+            name = _block_name(lines, start, end)
+            detail = f"syntax error: {error.msg}"
+            if name:
+                detail += f" (in {name}, which cannot be graded until it parses)"
+            problems.append(Problem(error.lineno or start + 1, detail, name))
+            lines[start:end] = ["\n"] * (end - start)
+    raise SubmissionError(f"more than {MAX_REPAIRS} syntax errors; first: {problems[0]}")
+
+
+def _future_flags(tree: ast.Module) -> int:
+    """Compiler flags for ``from __future__ import ...`` lines, which must
+    apply to every statement compiled on its own."""
+    flags = 0
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            for alias in node.names:
+                feature = getattr(future_flags, alias.name, None)
+                flags |= getattr(feature, "compiler_flag", 0)
+    return flags
+
+
+def load_submission(path: Path, module_name: str) -> Submission:
+    """Read and parse a ``.py`` submission; never runs any of its code.
+
+    Raises:
+        SubmissionError: the file cannot be read or decoded.
+    """
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SubmissionError(f"{path.name} is not UTF-8 text") from None
+    except OSError as error:
+        raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
+    if "\0" in source:
+        raise SubmissionError(f"{path.name} contains null bytes: is it really a Python file?")
+    filename = str(path)
+    tree, problems = parse_with_repairs(source, filename)
+    flags = _future_flags(tree)
+    statements = []
+    for node in tree.body:
+        try:
+            code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec", flags=flags)
+        except SyntaxError as error:  # parses, but does not compile: `return` outside a def
+            name = getattr(node, "name", None)
+            problems.append(Problem(error.lineno or node.lineno, f"syntax error: {error.msg}", name))
+            continue
+        statements.append((node.lineno, code))
+    return Submission(
+        path=path,
+        module_name=module_name,
+        source=source,
+        statements=statements,
+        broken={problem.name: problem for problem in problems if problem.name},
+        problems=problems,
+    )

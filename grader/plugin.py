@@ -1,0 +1,162 @@
+"""The pytest plugin that runs the hidden checks and collects their verdicts.
+
+The checks in ``grader/checks/`` are ordinary pytest tests. This plugin gives
+them their fixtures (``submission``, ``reference``, ``bugs``, ``inputs``,
+``device``) and records, for each check, its exercise, its outcome and the
+one sentence a student reads. Nothing here trusts the submission: its code
+runs in workers, and outcomes are recorded in this process only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
+from grader.compare import CheckFailure
+from grader.inputs import Inputs
+from grader.known_bugs import KnownBugs
+from grader.remote import RemoteSubmission
+
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+
+
+@dataclass
+class CheckResult:
+    """One check's verdict.
+
+    ``outcome`` is "passed", "failed" or "skipped"; ``kind`` is the
+    ``CheckFailure`` kind, or "grader-error" when the check itself broke.
+    """
+
+    chapter: str
+    exercise: str
+    check: str
+    outcome: str
+    message: str = ""
+    kind: str = ""
+    hint: str | None = None
+    details: str = ""  # a grader error's traceback, for --verbose
+
+
+def chapter_of(path: Path) -> Chapter:
+    """``test_ch01_self_attention.py`` -> chapter 1."""
+    module = path.stem.removeprefix("test_")
+    for chapter in CHAPTERS:
+        if chapter.module == module:
+            return chapter
+    raise LookupError(f"{path.name} checks no chapter of the catalog")
+
+
+def check_title(item: pytest.Item) -> str:
+    """The sentence a check's docstring gives, with its parameters."""
+    doc = (getattr(item, "function", None).__doc__ or "").strip().splitlines()
+    title = doc[0].rstrip(".") if doc else item.originalname.removeprefix("test_").replace("_", " ")
+    callspec = getattr(item, "callspec", None)
+    return f"{title} [{callspec.id}]" if callspec else title
+
+
+class GradingPlugin:
+    """Fixtures and verdicts for one grading run.
+
+    Args:
+        submissions: the remote submission of each chapter being graded, by id.
+        seed: the run's seed for random inputs.
+        device: the device inputs are built on.
+    """
+
+    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int, device: torch.device):
+        self.submissions = submissions
+        self.seed = seed
+        self.torch_device = device
+        self.results: list[CheckResult] = []
+        self._references: dict[str, object] = {}
+
+    # -- fixtures ------------------------------------------------------------------
+
+    @pytest.fixture
+    def submission(self, request: pytest.FixtureRequest) -> RemoteSubmission:
+        remote = self.submissions[chapter_of(request.path).id]
+        remote.begin_check(_exercise_of(request.node))
+        return remote
+
+    @pytest.fixture
+    def reference(self, request: pytest.FixtureRequest):
+        return self.reference_module(chapter_of(request.path))
+
+    @pytest.fixture
+    def bugs(self, request: pytest.FixtureRequest) -> KnownBugs:
+        return KnownBugs(chapter_of(request.path))
+
+    @pytest.fixture
+    def inputs(self, request: pytest.FixtureRequest) -> Inputs:
+        return Inputs(self.seed, request.node.nodeid, self.torch_device)
+
+    @pytest.fixture
+    def device(self) -> torch.device:
+        return self.torch_device
+
+    def reference_module(self, chapter: Chapter):
+        """The chapter's reference solution, imported once (trusted code)."""
+        if chapter.id not in self._references:
+            path = COURSE_ROOT / "solutions" / f"{chapter.module}.py"
+            spec = importlib.util.spec_from_file_location(f"reference_{chapter.module}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._references[chapter.id] = module
+        return self._references[chapter.id]
+
+    # -- hooks -----------------------------------------------------------------------
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.addinivalue_line("markers", "exercise(name): the catalog exercise a check judges")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+        """Record the verdict and make pytest's report ourselves.
+
+        pytest's own report would format a traceback of every failure, parsing
+        the source of each frame: most of a grading run's time, for text
+        nobody reads. A check's failure is the sentence it raised.
+        """
+        result = self._result(item, call)
+        if call.when == "call" or result.outcome != "passed":
+            self.results.append(result)
+        longrepr = None
+        if call.excinfo is not None:
+            location = (str(item.path), (item.location[1] or 0) + 1)
+            longrepr = result.message if result.outcome == "failed" else (*location, result.message)
+        return pytest.TestReport(
+            nodeid=item.nodeid, location=item.location, keywords={k: 1 for k in item.keywords},
+            outcome=result.outcome, longrepr=longrepr, when=call.when, sections=[],
+            duration=call.duration, user_properties=item.user_properties,
+        )
+
+    def _result(self, item: pytest.Item, call: pytest.CallInfo) -> CheckResult:
+        result = CheckResult(chapter_of(item.path).id, _exercise_of(item), check_title(item), "passed")
+        error = call.excinfo.value if call.excinfo is not None else None
+        if error is None:
+            return result
+        if isinstance(error, pytest.skip.Exception):
+            result.outcome, result.message = "skipped", str(error)
+        elif isinstance(error, CheckFailure):
+            result.outcome, result.message, result.kind = "failed", error.message, error.kind
+            result.hint = error.hint
+        else:
+            result.outcome, result.kind = "failed", "grader-error"
+            result.message = (f"the grader itself failed in this check "
+                              f"({type(error).__name__}: {error}); please report it")
+            result.details = "".join(traceback.format_exception(error))
+        return result
+
+
+def _exercise_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("exercise")
+    if marker is None or not marker.args:
+        raise LookupError(f"check {item.nodeid} has no @exercise marker")
+    return marker.args[0]

@@ -1,0 +1,288 @@
+"""The submission as the checks see it: a module whose functions run elsewhere.
+
+``RemoteSubmission`` looks like the student's module (``submission.softmax(x)``)
+but every call is sent to a worker process and only data comes back. It also
+keeps the bookkeeping the checks should not have to: one worker per exercise,
+the per-check and per-exercise time limits, and turning every way a call can
+go wrong (missing function, syntax error, exception, timeout, crash, changed
+inputs) into a ``CheckFailure`` with one clear sentence.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from grader.catalog import Chapter
+from grader.compare import CheckFailure, brief
+from grader.loading import Submission, SubmissionError
+from grader.sandbox import Limits, Worker, WorkerDied, probe
+from grader.wire import WireError, decode
+
+
+@dataclass
+class _ExerciseState:
+    spent: float = 0.0  # seconds of worker time used by this exercise's checks
+    failure: CheckFailure | None = None  # sticky: a dead worker fails the rest
+
+
+class RemoteSubmission:
+    """The checks' handle on one chapter's submission.
+
+    Args:
+        chapter: the chapter the file is for.
+        submission: the parsed file, or the error that stopped it being read.
+        limits: time and memory limits for the workers.
+        device: where tensors that come back should live.
+    """
+
+    def __init__(self, chapter: Chapter, submission: Submission | SubmissionError,
+                 limits: Limits, device: torch.device):
+        self.chapter = chapter
+        self.submission = submission
+        self.limits = limits
+        self.device = device
+        self.notes: list[str] = []
+        self._names: dict[str, str] = {}
+        self._load_failure: str | None = None
+        self._skip: frozenset[int] = frozenset()
+        self._signatures: dict[str, list[str]] = {}
+        self._exercises: dict[str, _ExerciseState] = {}
+        self._worker: Worker | None = None
+        self._worker_exercise: str | None = None
+        self._exercise: str | None = None
+        self._check_deadline = 0.0
+        self._loaded = False
+
+    # -- loading ---------------------------------------------------------------
+
+    def load(self) -> None:
+        """Probe the file in a worker once: what it defines, what failed."""
+        if self._loaded:
+            return
+        self._loaded = True
+        if isinstance(self.submission, SubmissionError):
+            self._load_failure = str(self.submission)
+            return
+        for problem in self.submission.problems:
+            self.notes.append(str(problem))
+        self._signatures = _signatures(self.submission)
+        result = probe(self.submission, self.limits)
+        self._skip = result["skip"]
+        names = result["names"]
+        self._names = {k: v for k, v in names.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(names, dict) else {}
+        for fault in result["faults"]:
+            where = f"line {fault['line']}" if fault["line"] else "loading the file"
+            reason = f"did not finish within {self.limits.check_seconds:g} s" \
+                if fault["kind"] == "timeout" else fault["reason"]
+            self.notes.append(f"{where}: running it {reason}; that line was skipped")
+        for error in result["errors"] if isinstance(result["errors"], list) else ():
+            self.notes.append(_import_error_note(error))
+        if result["faults"] and not self._names:
+            self._load_failure = "your file could not be run: " + self.notes[-1]
+
+    # -- the checks' side --------------------------------------------------------
+
+    def begin_check(self, exercise: str) -> None:
+        """Called before each check: which exercise, and a fresh time limit."""
+        self.load()
+        self._exercise = exercise
+        self._check_deadline = time.monotonic() + self.limits.check_seconds
+        if self._worker is not None and self._worker_exercise != exercise:
+            self._stop_worker()
+
+    def close(self) -> None:
+        self._stop_worker()
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, args, kwargs)
+
+    def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None):
+        """Run ``function(*args, **kwargs)`` in the exercise's worker.
+
+        With ``grad`` (``{"wrt": [arg indices], "output": index or None,
+        "grad_output": tensor}``) the worker also backpropagates and this
+        returns ``(value, [gradient per arg in wrt])``.
+        """
+        self.load()
+        text = self.call_text(function, args, kwargs)
+        self._refuse_unrunnable(function)
+        exercise = self._exercise or function
+        state = self._exercises.setdefault(exercise, _ExerciseState())
+        if state.failure is not None:
+            raise state.failure
+        budget_left = self.limits.exercise_seconds - state.spent
+        if budget_left <= 0:
+            raise CheckFailure(f"{exercise} used up its time limit of "
+                               f"{self.limits.exercise_seconds:g} s", "timeout")
+        started = time.monotonic()
+        deadline = min(self._check_deadline, started + budget_left)
+        request = {
+            "function": function,
+            "args": list(args),
+            "kwargs": dict(kwargs),
+            "forbidden": self._forbidden(exercise),
+            "grad": grad,
+        }
+        try:
+            answer = self._worker_for(exercise).request(request, deadline)
+        except WorkerDied as death:
+            self._stop_worker()
+            state.failure = _death_failure(text, death, self.limits, deadline - started)
+            raise state.failure from None
+        finally:
+            state.spent += time.monotonic() - started
+        return self._read_answer(answer, function, text, args, kwargs, grad)
+
+    def call_text(self, function: str, args: tuple, kwargs: dict) -> str:
+        """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input values."""
+        names = self._signatures.get(function, [])
+        parts = []
+        for index, value in enumerate(args):
+            label = names[index] + " " if index < len(names) else ""
+            parts.append(label + brief(value) if _is_array(value) else repr(value))
+        for key, value in kwargs.items():
+            if value is None:
+                continue
+            parts.append(f"{key} {brief(value)}" if _is_array(value) else f"{key}={value!r}")
+        return f"{function}({', '.join(parts)})"
+
+    # -- internals ---------------------------------------------------------------
+
+    def _refuse_unrunnable(self, function: str) -> None:
+        if self._load_failure:
+            raise CheckFailure(self._load_failure, "unreadable")
+        if function in self.submission.broken:
+            raise CheckFailure(str(self.submission.broken[function]), "error")
+        kind = self._names.get(function)
+        if kind is None:
+            raise CheckFailure(f"your file defines no function {function}", "missing")
+        if kind != "function":
+            raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
+
+    def _forbidden(self, exercise: str) -> tuple[str, ...]:
+        try:
+            return self.chapter.exercise(exercise).forbidden
+        except KeyError:
+            return ()
+
+    def _worker_for(self, exercise: str) -> Worker:
+        if self._worker is None:
+            self._worker = Worker(self.submission, self.limits, self._skip)
+            self._worker_exercise = exercise
+        return self._worker
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+        self._worker = None
+        self._worker_exercise = None
+
+    def _read_answer(self, answer: dict, function: str, text: str, args: tuple, kwargs: dict,
+                     grad: dict | None):
+        try:
+            if not answer.get("ok"):
+                raise _error_failure(text, answer.get("error"))
+            value = decode(answer.get("value"), self.device)
+            after = decode(answer.get("args"), self.device)
+            after_kwargs = answer.get("kwargs")
+            if not isinstance(after_kwargs, dict):
+                raise WireError("malformed answer")
+            _expect_unchanged(text, list(args), after, self._signatures.get(function, []))
+            for key, sent in kwargs.items():
+                if key in after_kwargs:
+                    _expect_unchanged(text, [sent], [decode(after_kwargs[key], self.device)], [key])
+            if grad is None:
+                return value
+            grads = answer.get("grads")
+            if not isinstance(grads, dict) or not grads.get("ok"):
+                reason = grads.get("message") if isinstance(grads, dict) else None
+                raise CheckFailure(f"{text}: {reason or 'no gradients came back'}")
+            return value, [decode(g, self.device) for g in grads.get("values", [])]
+        except WireError as error:
+            raise CheckFailure(f"{text}: the worker sent back {error}", "protocol") from None
+
+
+def _signatures(submission: Submission) -> dict[str, list[str]]:
+    """Parameter names of the file's top-level functions, read from its AST."""
+    names = {}
+    try:
+        tree = ast.parse(submission.source)
+    except SyntaxError:
+        return names
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = [a.arg for a in node.args.posonlyargs + node.args.args]
+    return names
+
+
+def _is_array(value: object) -> bool:
+    return isinstance(value, (torch.Tensor, np.ndarray))
+
+
+def _import_error_note(error: object) -> str:
+    if not isinstance(error, dict):
+        return "a top-level statement failed"
+    line = error.get("statement") or error.get("line")
+    kind, message = error.get("type", "Exception"), error.get("message", "")
+    return f"line {line}: {kind} at import ({message}); grading went on without it"
+
+
+def _error_failure(text: str, error: object) -> CheckFailure:
+    """The message for an exception raised inside the student's function."""
+    if not isinstance(error, dict):
+        return CheckFailure(f"{text} failed", "error")
+    kind = str(error.get("type", "Exception"))
+    message = str(error.get("message", ""))
+    line, code = error.get("line"), str(error.get("code", "")).strip()
+    where = f" at line {line}" + (f" ({code})" if code else "") if line else ""
+    if kind == "NotImplementedError":
+        return CheckFailure("not implemented yet", "not-implemented")
+    if kind == "Forbidden":
+        return CheckFailure(f"{text} calls {message}, which this exercise asks you to write "
+                            "yourself", "forbidden")
+    if kind == "MemoryError":
+        return CheckFailure(f"{text} ran out of memory{where}", "memory")
+    if kind == "SystemExit":
+        return CheckFailure(f"{text} {message}{where}; return a value instead", "exit")
+    detail = f": {message}" if message else ""
+    return CheckFailure(f"{text} raised {kind}{where}{detail}", "error")
+
+
+def _death_failure(text: str, death: WorkerDied, limits: Limits, allowed: float) -> CheckFailure:
+    if death.kind == "timeout":
+        return CheckFailure(f"{text} did not finish within {allowed:.3g} s: an infinite loop? "
+                            "(the exercise's other checks are skipped)", "timeout")
+    return CheckFailure(f"{text} {death.reason} (the exercise's other checks are skipped)",
+                        death.kind)
+
+
+def _same(before: object, after: object) -> bool:
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor) or before.shape != after.shape:
+            return False
+        before, after = before.detach().cpu(), after.cpu()
+        if before.is_floating_point():
+            return bool(((before == after) | (before.isnan() & after.isnan())).all())
+        return torch.equal(before, after)
+    if isinstance(before, np.ndarray):
+        return isinstance(after, np.ndarray) and np.array_equal(before, after, equal_nan=before.dtype.kind == "f")
+    return True
+
+
+def _expect_unchanged(text: str, sent: list, after: object, names: list[str]) -> None:
+    """Fail when the function modified one of its array arguments in place."""
+    if not isinstance(after, list) or len(after) != len(sent):
+        raise WireError("malformed answer")
+    for index, (before, now) in enumerate(zip(sent, after)):
+        if _is_array(before) and not _same(before, now):
+            name = names[index] if index < len(names) else f"argument {index + 1}"
+            raise CheckFailure(f"{text} changed its input {name} in place; compute on a copy "
+                               "(x = x - m rather than x -= m)")

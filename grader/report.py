@@ -1,0 +1,105 @@
+"""Show a ``GradeReport``: a rich table for people, JSON for Gradescope.
+
+The JSON follows Gradescope's ``results.json`` schema (top-level ``score``,
+``max_score``, ``execution_time``, ``output`` and ``tests``, one test per
+exercise), so the same output serves a student's terminal, a script and an
+autograder upload.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from grader.grading import ExerciseResult, GradeReport
+
+STATUS_STYLE = {
+    "passed": ("✓ pass", "green"),
+    "failed": ("✗ fail", "red"),
+    "not implemented": ("· todo", "yellow"),
+    "missing": ("✗ missing", "red"),
+}
+
+
+def _notes(report: GradeReport) -> list[str]:
+    return [f"{chapter}: {note}" for chapter, notes in report.notes.items() for note in notes]
+
+
+def print_table(report: GradeReport, console: Console, verbose: bool = False) -> None:
+    """A table per chapter, one row per exercise (status, points, reason),
+    then the total; with ``verbose``, every failed check below it."""
+    for note in _notes(report):
+        console.print(Text(f"note: {note}", style="yellow"))
+    chapters = list(dict.fromkeys(result.chapter for result in report.exercises))
+    for chapter in chapters:
+        # No vertical rules: a narrow terminal's width goes to the details.
+        table = Table(title=f"{chapter.id} · {chapter.title}", title_justify="left",
+                      title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("exercise", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("points", justify="right", no_wrap=True)
+        table.add_column("details", min_width=20, ratio=1)
+        for result in report.exercises:
+            if result.chapter is chapter:
+                label, style = STATUS_STYLE[result.status]
+                table.add_row(result.exercise.name, Text(label, style=style),
+                              f"{result.score} / {result.exercise.points}", result.reason)
+        console.print(table)
+    _print_failures(report, console, verbose)
+    style = "bold green" if report.passed else "bold"
+    console.print(Text(f"Total: {report.score} / {report.max_score} points", style=style),
+                  Text(f"  ({report.seconds:.1f} s, seed {report.seed}, {report.device})", style="dim"))
+
+
+def _print_failures(report: GradeReport, console: Console, verbose: bool) -> None:
+    """Why each failed exercise failed: its first failed check in full (every
+    one with ``verbose``), the hint when the value matches a known bug."""
+    for result in report.exercises:
+        if result.status != "failed":
+            continue
+        console.print(Text(f"{result.chapter.id} {result.exercise.name}", style="bold red"))
+        for check in result.failed_checks if verbose else result.failed_checks[:1]:
+            console.print(Text(f"  {check.check}", style="bold"))
+            console.print(Text(f"    {check.message}"))
+            if check.hint:
+                console.print(Text(f"    hint: {check.hint}", style="cyan"))
+            if verbose and check.details:
+                console.print(Text(check.details, style="dim"))
+        if result.note:
+            console.print(Text(f"  note: {result.note}", style="yellow"))
+
+
+def results_json(report: GradeReport) -> dict:
+    """The report in Gradescope's ``results.json`` schema."""
+    tests = []
+    for result in report.exercises:
+        lines = [result.reason]
+        for check in result.failed_checks:
+            lines.append(f"- {check.check}: {check.message}")
+            if check.hint:
+                lines.append(f"  hint: {check.hint}")
+        if result.note:
+            lines.append(f"note: {result.note}")
+        tests.append({
+            "name": f"{result.chapter.id} {result.exercise.name}: {result.exercise.summary}",
+            "score": result.score,
+            "max_score": result.exercise.points,
+            "status": "passed" if result.status == "passed" else "failed",
+            "output": "\n".join(lines),
+            "visibility": "visible",
+        })
+    return {
+        "score": report.score,
+        "max_score": report.max_score,
+        "execution_time": round(report.seconds, 3),
+        "output": "\n".join(_notes(report)),
+        "tests": tests,
+    }
+
+
+def print_json(report: GradeReport) -> None:
+    print(json.dumps(results_json(report), indent=2))

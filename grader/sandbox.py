@@ -1,0 +1,449 @@
+"""Run student code in a worker process; get data back, or the reason why not.
+
+A ``Worker`` is forked from the grader, which has already imported torch, so
+starting one costs milliseconds instead of a second torch import. The child
+runs the submission's statements and then answers requests ("call this
+function with these arguments") until it is stopped. Whatever the student's
+code does there (loop forever, exit, crash, print a flood, patch torch), the
+grader only ever sees frames of plain data or a dead process, and turns the
+latter into a reason: timed out, exited, crashed, ran out of memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import pickle
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from grader import wire
+from grader.loading import Submission
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one worker may spend.
+
+    Attributes:
+        check_seconds: wall time for one check (and for loading the file).
+        exercise_seconds: wall time for all the checks of one exercise.
+        memory_bytes: address space a worker may add to what it inherits.
+        output_bytes: printed text kept per worker; the rest is dropped.
+    """
+
+    check_seconds: float = 10.0
+    exercise_seconds: float = 40.0
+    memory_bytes: int = 2 * 2**30
+    output_bytes: int = 64 * 2**10
+
+
+class WorkerDied(Exception):
+    """The worker stopped answering: ``reason`` says how, in words."""
+
+    def __init__(self, reason: str, kind: str = "crash"):
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind  # "timeout", "exit", "crash", "memory" or "protocol"
+
+
+# -- the child ----------------------------------------------------------------
+
+
+class _CappedText:
+    """A ``sys.stdout`` that keeps the first ``limit`` characters and counts
+    the rest, so a print flood costs neither memory nor time."""
+
+    def __init__(self, limit: int):
+        self.limit, self.kept, self.dropped = limit, [], 0
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = self.limit - self.size
+        if room > 0:
+            self.kept.append(text[:room])
+            self.size += min(len(text), room)
+        self.dropped += max(len(text) - max(room, 0), 0)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _ForbiddenCalls(TorchFunctionMode):
+    """Refuses the torch functions an exercise asks the student to write."""
+
+    def __init__(self, banned: dict[object, str]):
+        super().__init__()
+        self.banned = banned
+        self.used: str | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = self.banned.get(func)
+        if name is not None:
+            self.used = self.used or name  # recorded even if the student catches the error
+            raise RuntimeError(f"{name} may not be used in this exercise")
+        return func(*args, **(kwargs or {}))
+
+
+def _resolve(dotted: str) -> object | None:
+    """``"torch.nn.functional.softmax"`` -> the function, or None if absent."""
+    module_name, _, rest = dotted.partition(".")
+    target: object = sys.modules.get(module_name)
+    for part in rest.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _describe_error(error: BaseException, filename: str) -> dict:
+    """Plain-data account of an exception raised by student code."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
+    where = frames[-1] if frames else None
+    try:
+        message = str(error)
+    except BaseException:  # an exception class of the student's whose __str__ fails
+        message = "(the exception's message could not be printed)"
+    kind = type(error).__name__
+    if isinstance(error, SystemExit):
+        message = f"called sys.exit({error.code!r})"
+    elif isinstance(error, MemoryError) or "can't allocate memory" in message:
+        kind, message = "MemoryError", "ran out of memory"
+    return {
+        "type": kind,
+        "message": message[: wire.MAX_TEXT],
+        "line": where.lineno if where else 0,
+        "code": (where.line or "")[: wire.MAX_TEXT] if where else "",
+    }
+
+
+def _isolate(submission: Submission, limits: Limits) -> None:
+    """Make this freshly forked process a worker: limits, silence, one thread."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
+    try:  # die with the grader rather than linger as an orphan (Linux only)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.memory_bytes:
+        # The fork inherits torch's address space; allow that plus the budget.
+        inherited = _address_space_bytes()
+        cap = inherited + limits.memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    torch.set_num_threads(1)  # small tensors; and workers may run side by side
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # C-level prints go nowhere; Python-level ones are capped
+        os.dup2(devnull, fd)
+    sys.stdout = sys.stderr = _CappedText(limits.output_bytes)
+    folder = str(submission.path.parent.resolve())
+    sys.path.insert(0, folder)  # a chapter may import an earlier chapter's file
+    try:
+        os.chdir(folder)
+    except OSError:
+        pass
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _run_statements(
+    submission: Submission, skip: frozenset[int], send, report: bool
+) -> types.ModuleType:
+    """Execute the submission's top-level statements one by one.
+
+    A statement that raises is recorded and the rest still run, so a stray
+    test call at the bottom of the file costs nothing. With ``report``, the
+    line of each statement is sent before it runs: if the worker then hangs
+    or dies, the grader knows which line did it.
+    """
+    module = types.ModuleType(submission.module_name)
+    module.__file__ = str(submission.path)
+    sys.modules[submission.module_name] = module
+    errors = []
+    for line, code in submission.statements:
+        if line in skip:
+            continue
+        if report:
+            send({"event": "statement", "line": line})
+        try:
+            exec(code, module.__dict__)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt included
+            errors.append(_describe_error(error, module.__file__) | {"statement": line})
+    if report:
+        names = {
+            name: ("function" if callable(value) else wire._type_name(value))
+            for name, value in vars(module).items()
+            if not name.startswith("__")
+        }
+        send({"event": "loaded", "errors": errors, "names": names})
+    return module
+
+
+def _serve(module: types.ModuleType, receive, send) -> None:
+    """Answer requests until the grader closes the pipe."""
+    filename = module.__file__
+    while True:
+        request = receive()
+        if request is None:
+            return
+        name, args, kwargs = request["function"], request["args"], request["kwargs"]
+        banned = {}
+        for dotted in request.get("forbidden", ()):
+            target = _resolve(dotted)
+            if target is not None:
+                banned[target] = dotted
+        grad = request.get("grad")
+        mode = _ForbiddenCalls(banned)
+        try:
+            function = getattr(module, name)
+            if grad:
+                for index in grad["wrt"]:
+                    args[index] = args[index].detach().requires_grad_(True)
+            with mode:
+                result = function(*args, **kwargs)
+            answer = {"ok": True, "value": wire.encode(result)}
+            if grad:
+                answer["grads"] = _gradients(result, args, grad)
+        except BaseException as error:
+            answer = {"ok": False, "error": _describe_error(error, filename)}
+        if mode.used:
+            answer = {"ok": False, "error": {"type": "Forbidden", "message": mode.used, "line": 0, "code": ""}}
+        # Sent back so the grader can tell whether the function changed its inputs.
+        answer["args"] = wire.encode(list(args))
+        answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}
+        send(answer)
+
+
+def _gradients(result: object, args: list, grad: dict) -> dict:
+    """Gradients of ``<output, grad_output>`` with respect to chosen arguments."""
+    output = result[grad["output"]] if grad.get("output") is not None else result
+    if not isinstance(output, torch.Tensor) or not output.requires_grad:
+        return {"ok": False, "message": "the output does not depend on the inputs through autograd"}
+    inputs = [args[index] for index in grad["wrt"]]
+    # <output, grad_output> as a scalar gives the same gradients as passing
+    # grad_outputs, and skips a lazy torch import that costs a second.
+    scalar = (output * grad["grad_output"]).sum()
+    grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
+    return {"ok": True, "values": [wire.encode(g) for g in grads]}
+
+
+def _child_main(read_fd: int, write_fd: int, submission: Submission, limits: Limits,
+                skip: frozenset[int], report: bool) -> None:
+    def send(message: dict) -> None:
+        data = wire.dump(message)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view):]
+
+    def receive() -> dict | None:
+        header = _read_exactly(read_fd, wire.HEADER.size)
+        if header is None:
+            return None
+        (size,) = wire.HEADER.unpack(header)
+        return pickle.loads(_read_exactly(read_fd, size))
+
+    _isolate(submission, limits)
+    module = _run_statements(submission, skip, send, report)
+    _serve(module, receive, send)
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, min(remaining, 2**20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the grader's side --------------------------------------------------------
+
+
+class Worker:
+    """A forked process that has run a submission and answers calls into it.
+
+    Args:
+        submission: the parsed file to run.
+        limits: time, memory and output limits.
+        skip: first lines of top-level statements not to run (ones that hung
+            or killed an earlier worker).
+        report: send the line of each statement before running it, and a
+            summary of what the file defined once done (used to probe a file).
+    """
+
+    def __init__(self, submission: Submission, limits: Limits,
+                 skip: frozenset[int] = frozenset(), report: bool = False):
+        self.limits = limits
+        to_child_read, to_child_write = os.pipe()
+        from_child_read, from_child_write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child never returns into the grader's code
+            try:
+                os.close(to_child_write)
+                os.close(from_child_read)
+                _child_main(to_child_read, from_child_write, submission, limits, skip, report)
+            finally:
+                os._exit(0)
+        os.close(to_child_read)
+        os.close(from_child_write)
+        self.pid = pid
+        self._to_child = to_child_write
+        self._from_child = from_child_read
+        self.last_line: int | None = None  # last statement reported while loading
+        self._status: int | None = None
+
+    # Frames from the child are read against a deadline; a missing answer
+    # is a timeout, an end of file is a death whose cause waitpid tells.
+
+    def receive(self, deadline: float) -> dict:
+        header = self._read(wire.HEADER.size, deadline)
+        (size,) = wire.HEADER.unpack(header)
+        if size > wire.MAX_FRAME:
+            self.kill()
+            raise WorkerDied(f"sent an answer of {size / 2**20:.0f} MiB, over the limit", "protocol")
+        try:
+            return wire.load(self._read(size, deadline))
+        except wire.WireError as error:
+            self.kill()
+            raise WorkerDied(str(error), "protocol") from None
+
+    def request(self, message: dict, deadline: float) -> dict:
+        """Send one request and wait for its answer until ``deadline``."""
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self._write(wire.HEADER.pack(len(payload)) + payload, deadline)
+        return self.receive(deadline)
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        chunks, remaining = [], size
+        poller = select.poll()
+        poller.register(self._from_child, select.POLLIN)
+        while remaining:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                self.kill()
+                raise WorkerDied("timed out", "timeout")
+            chunk = os.read(self._from_child, min(remaining, 2**20))
+            if not chunk:
+                raise self._death()
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        poller = select.poll()
+        poller.register(self._to_child, select.POLLOUT)
+        os.set_blocking(self._to_child, False)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                self.kill()
+                raise WorkerDied("timed out", "timeout")
+            try:
+                view = view[os.write(self._to_child, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise self._death() from None
+
+    def _death(self) -> WorkerDied:
+        """Why the child is gone, from its exit status."""
+        status = self._wait()
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            if number == signal.SIGSEGV:
+                return WorkerDied("crashed with a segmentation fault")
+            if number == signal.SIGKILL:
+                return WorkerDied("was killed, most likely for using too much memory", "memory")
+            return WorkerDied(f"was killed by signal {signal.Signals(number).name}")
+        code = os.WEXITSTATUS(status)
+        return WorkerDied(f"ended the process (exit status {code}), e.g. with os._exit()", "exit")
+
+    def _wait(self) -> int:
+        if self._status is None:
+            while True:
+                try:
+                    _, self._status = os.waitpid(self.pid, 0)
+                    break
+                except ChildProcessError:
+                    self._status = 0
+                    break
+                except InterruptedError:
+                    continue
+        return self._status
+
+    def kill(self) -> None:
+        """Stop the worker now and reap it; safe to call more than once."""
+        if self._status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait()
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError as error:
+                if error.errno != errno.EBADF:
+                    raise
+        self._to_child = self._from_child = -1
+
+    close = kill
+
+
+def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> dict:
+    """Run a file's top-level statements once and report what it defines.
+
+    Returns ``{"names": {name: kind}, "errors": [...], "skip": frozenset,
+    "faults": [...]}``. A statement that hangs or kills the worker is a
+    *fault*: it is skipped and the file is run again, up to ``max_faults``
+    times, so that one bad line at module level does not sink the file.
+    """
+    skip: set[int] = set()
+    faults = []
+    while True:
+        worker = Worker(submission, limits, frozenset(skip), report=True)
+        deadline = time.monotonic() + limits.check_seconds
+        line = None
+        try:
+            while True:
+                message = worker.receive(deadline)
+                if message.get("event") == "statement":
+                    line = message.get("line")
+                elif message.get("event") == "loaded":
+                    return {
+                        "names": message.get("names", {}),
+                        "errors": message.get("errors", []),
+                        "skip": frozenset(skip),
+                        "faults": faults,
+                    }
+        except WorkerDied as death:
+            faults.append({"line": line, "reason": death.reason, "kind": death.kind})
+            if line is None or line in skip or len(faults) >= max_faults:
+                return {"names": {}, "errors": [], "skip": frozenset(skip), "faults": faults}
+            skip.add(line)
+        finally:
+            worker.kill()

@@ -1,0 +1,154 @@
+"""What crosses from a worker back to the grader: data, never objects.
+
+The worker (student code) turns whatever a function returned into a tree of
+plain values: tensors, numbers, strings, lists and dicts, each tagged with
+what it was. It is written with ``torch.save`` and read here with
+``torch.load(weights_only=True)``, which refuses to build anything but those
+plain values, so no object of the student's (a tensor subclass that lies in
+``__eq__``, an object that is "equal" to everything) can reach the process
+that decides the grade. ``decode`` then checks the tree's shape strictly.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import torch
+
+MAX_FRAME = 64 * 2**20  # bytes; a worker that sends more is stopped
+MAX_ITEMS = 256  # items of one list or tuple that are sent
+MAX_DEPTH = 6
+MAX_TEXT = 500  # characters of a string or repr that are sent
+HEADER = struct.Struct(">Q")  # length prefix of a frame
+
+
+class WireError(Exception):
+    """A worker sent something that is not a well-formed answer."""
+
+
+class Foreign:
+    """Stands for a value that could not be sent as data (an object, a class,
+    a generator...). Checks report its type; nothing else is known of it."""
+
+    def __init__(self, type_name: str, text: str = ""):
+        self.type_name = type_name
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
+# -- worker side ------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", "")
+    return kind.__qualname__ if module in ("builtins", None, "") else f"{module}.{kind.__qualname__}"
+
+
+def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
+    """A detached copy of ``value`` as a plain CPU ``torch.Tensor``."""
+    with torch._C.DisableTorchFunction():  # a subclass cannot intercept the copy
+        tensor = torch.Tensor.as_subclass(value.detach(), torch.Tensor)
+        if tensor.is_sparse:
+            tensor = tensor.to_dense()
+        return tensor.resolve_conj().resolve_neg().to("cpu", copy=True)
+
+
+def encode(value: object, depth: int = 0) -> dict:
+    """Describe ``value`` with plain data only (runs in the worker)."""
+    if depth > MAX_DEPTH:
+        return {"kind": "foreign", "type": _type_name(value), "text": "nested too deeply"}
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            return {"kind": "meta", "shape": list(value.shape), "dtype": str(value.dtype)}
+        return {
+            "kind": "tensor",
+            "data": _plain_tensor(value),
+            "device": str(value.device),
+            "requires_grad": bool(value.requires_grad),
+        }
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biufc":
+            return {"kind": "ndarray", "data": torch.from_numpy(np.array(value, copy=True))}
+        return {"kind": "foreign", "type": f"numpy.ndarray of dtype {value.dtype}", "text": ""}
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return {"kind": "numpy_scalar", "value": value.item(), "dtype": str(value.dtype)}
+    if value is None or type(value) in (bool, int, float):
+        return {"kind": "python", "value": value}
+    if type(value) is str:
+        return {"kind": "python", "value": value[:MAX_TEXT]}
+    if type(value) in (tuple, list):
+        items = [encode(item, depth + 1) for item in value[:MAX_ITEMS]]
+        return {"kind": type(value).__name__, "items": items, "length": len(value)}
+    try:
+        text = repr(value)[:MAX_TEXT]
+    except BaseException:  # a broken __repr__ is the student's, not ours
+        text = ""
+    return {"kind": "foreign", "type": _type_name(value), "text": text}
+
+
+def dump(message: dict) -> bytes:
+    """One frame: a length prefix and the ``torch.save`` of ``message``."""
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    payload = buffer.getvalue()
+    return HEADER.pack(len(payload)) + payload
+
+
+# -- grader side ------------------------------------------------------------
+
+
+def load(payload: bytes) -> dict:
+    """Read one frame's payload, allowing nothing but plain data."""
+    try:
+        message = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    except Exception as error:
+        raise WireError(f"unreadable answer ({type(error).__name__})") from None
+    if type(message) is not dict:
+        raise WireError("malformed answer")
+    return message
+
+
+def _field(node: dict, key: str, kinds: type | tuple[type, ...]):
+    value = node.get(key)
+    if not isinstance(value, kinds) or isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+        raise WireError(f"malformed answer: {key!r} of a {node.get('kind')!r} value")
+    return value
+
+
+def decode(node: object, device: torch.device | None = None) -> object:
+    """Rebuild a value from ``encode``'s description (runs in the grader).
+
+    Tensors come back on the device the worker had them on when that device
+    exists here; NumPy arrays come back as NumPy arrays.
+    """
+    if type(node) is not dict:
+        raise WireError("malformed answer")
+    kind = node.get("kind")
+    if kind == "tensor":
+        data = _field(node, "data", torch.Tensor)
+        where = _field(node, "device", str)
+        if device is not None and where != "cpu":
+            data = data.to(device)
+        return data
+    if kind == "ndarray":
+        return _field(node, "data", torch.Tensor).numpy()
+    if kind == "numpy_scalar":
+        return np.dtype(_field(node, "dtype", str)).type(_field(node, "value", (bool, int, float)))
+    if kind == "python":
+        value = node.get("value")
+        if value is not None and type(value) not in (bool, int, float, str):
+            raise WireError("malformed answer")
+        return value
+    if kind in ("tuple", "list"):
+        items = [decode(item, device) for item in _field(node, "items", list)]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "meta":
+        return Foreign("meta tensor", f"shape {tuple(_field(node, 'shape', list))}")
+    if kind == "foreign":
+        return Foreign(_field(node, "type", str), _field(node, "text", str))
+    raise WireError(f"malformed answer: unknown kind {kind!r}")
