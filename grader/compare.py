@@ -63,6 +63,8 @@ def describe(value: object) -> str:
         return f"a {value.type_name}"
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
+    if isinstance(value, str):
+        return f"the string {value[:30]!r}"
     return repr(value) if isinstance(value, (bool, int, float, type(None))) else type(value).__name__
 
 

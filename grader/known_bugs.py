@@ -38,6 +38,8 @@ class KnownBug:
 
 
 _UNSCALED = "looks like the scores are not multiplied by 1/sqrt(d_k)"
+_OVER_QUERIES = ("looks like the softmax runs over the queries (dim=-2); each query's "
+                 "weights must sum to 1 over the keys (dim=-1)")
 _NO_MAX = "looks like the maximum is not subtracted before exp (exp overflows, then NaN)"
 
 KNOWN_BUGS: dict[str, tuple[KnownBug, ...]] = {
@@ -52,9 +54,7 @@ KNOWN_BUGS: dict[str, tuple[KnownBug, ...]] = {
         KnownBug("scaled_dot_product_attention", "scale-by-d",
                  "looks like the scores are divided by d_k instead of sqrt(d_k)",
                  "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0 / q.shape[-1]"),
-        KnownBug("scaled_dot_product_attention", "softmax-over-queries",
-                 "looks like the softmax runs over the queries (dim=-2); each query's "
-                 "weights must sum to 1 over the keys (dim=-1)",
+        KnownBug("scaled_dot_product_attention", "softmax-over-queries", _OVER_QUERIES,
                  "softmax(scores.masked_fill(no_keys, 0.0), dim=-1)",
                  "softmax(scores.masked_fill(no_keys, 0.0), dim=-2)"),
         KnownBug("scaled_dot_product_attention", "mask-inverted",
@@ -86,10 +86,9 @@ KNOWN_BUGS: dict[str, tuple[KnownBug, ...]] = {
                  "exps = np.exp(x - shift)", "exps = np.exp(x)"),
         KnownBug("scaled_dot_product_attention_numpy", "no-scale", _UNSCALED,
                  "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
-        KnownBug("scaled_dot_product_attention_numpy", "k-not-transposed",
-                 "looks like k is not transposed: the scores are q @ k^T, with "
-                 "np.swapaxes(k, -2, -1) (k.T reverses every axis of a batch)",
-                 "np.swapaxes(k, -2, -1)", "k.T"),
+        KnownBug("scaled_dot_product_attention_numpy", "softmax-over-queries", _OVER_QUERIES,
+                 "softmax_numpy(np.where(no_keys, 0, scores), axis=-1)",
+                 "softmax_numpy(np.where(no_keys, 0, scores), axis=-2)"),
     ),
 }
 

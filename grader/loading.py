@@ -43,9 +43,9 @@ class Submission:
         path: the file as given.
         module_name: the name the code is run under (the chapter's module).
         source: the text of the file.
-        statements: compiled top-level statements with their first line, in
-            order; a worker runs them one at a time so that one failing
-            statement does not stop the rest.
+        statements: ``(first line, compiled code, syntax tree)`` of each
+            top-level statement, in order; a worker runs them one at a time
+            so that one failing statement does not stop the rest.
         broken: names whose definition had a syntax error, with the problem.
         problems: every syntax problem found, broken names included.
     """
@@ -53,7 +53,7 @@ class Submission:
     path: Path
     module_name: str
     source: str
-    statements: list[tuple[int, object]] = field(default_factory=list)
+    statements: list[tuple[int, object, ast.stmt]] = field(default_factory=list)
     broken: dict[str, Problem] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -148,7 +148,7 @@ def load_submission(path: Path, module_name: str) -> Submission:
             name = getattr(node, "name", None)
             problems.append(Problem(error.lineno or node.lineno, f"syntax error: {error.msg}", name))
             continue
-        statements.append((node.lineno, code))
+        statements.append((node.lineno, code, node))
     return Submission(
         path=path,
         module_name=module_name,

@@ -50,7 +50,8 @@ class RemoteSubmission:
         self._names: dict[str, str] = {}
         self._load_failure: str | None = None
         self._skip: frozenset[int] = frozenset()
-        self._signatures: dict[str, list[str]] = {}
+        self._signatures: dict[str, tuple[int, list[str]]] = {}
+        self._import_errors: dict[int, str] = {}  # first line of a statement -> what it raised
         self._exercises: dict[str, _ExerciseState] = {}
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
@@ -83,6 +84,8 @@ class RemoteSubmission:
             self.notes.append(f"{where}: running it {reason}; that line was skipped")
         for error in result["errors"] if isinstance(result["errors"], list) else ():
             self.notes.append(_import_error_note(error))
+            if isinstance(error, dict) and isinstance(error.get("statement"), int):
+                self._import_errors[error["statement"]] = f"{error.get('type')}: {error.get('message')}"
         if result["faults"] and not self._names:
             self._load_failure = "your file could not be run: " + self.notes[-1]
 
@@ -124,6 +127,8 @@ class RemoteSubmission:
                                f"{self.limits.exercise_seconds:g} s", "timeout")
         started = time.monotonic()
         deadline = min(self._check_deadline, started + budget_left)
+        limit = (f"{self.limits.check_seconds:g} s" if deadline == self._check_deadline
+                 else f"the {self.limits.exercise_seconds:g} s limit of the whole exercise")
         request = {
             "function": function,
             "args": list(args),
@@ -135,7 +140,7 @@ class RemoteSubmission:
             answer = self._worker_for(exercise).request(request, deadline)
         except WorkerDied as death:
             self._stop_worker()
-            state.failure = _death_failure(text, death, self.limits, deadline - started)
+            state.failure = _death_failure(text, death, limit)
             raise state.failure from None
         finally:
             state.spent += time.monotonic() - started
@@ -143,7 +148,7 @@ class RemoteSubmission:
 
     def call_text(self, function: str, args: tuple, kwargs: dict) -> str:
         """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input values."""
-        names = self._signatures.get(function, [])
+        names = self._signatures.get(function, (None, []))[1]
         parts = []
         for index, value in enumerate(args):
             label = names[index] + " " if index < len(names) else ""
@@ -163,6 +168,10 @@ class RemoteSubmission:
             raise CheckFailure(str(self.submission.broken[function]), "error")
         kind = self._names.get(function)
         if kind is None:
+            line = self._signatures.get(function, (None, []))[0]
+            if line in self._import_errors:
+                raise CheckFailure(f"{function} is not defined: defining it at line {line} raised "
+                                   f"{self._import_errors[line]}", "missing")
             raise CheckFailure(f"your file defines no function {function}", "missing")
         if kind != "function":
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
@@ -195,7 +204,7 @@ class RemoteSubmission:
             after_kwargs = answer.get("kwargs")
             if not isinstance(after_kwargs, dict):
                 raise WireError("malformed answer")
-            _expect_unchanged(text, list(args), after, self._signatures.get(function, []))
+            _expect_unchanged(text, list(args), after, self._signatures.get(function, (None, []))[1])
             for key, sent in kwargs.items():
                 if key in after_kwargs:
                     _expect_unchanged(text, [sent], [decode(after_kwargs[key], self.device)], [key])
@@ -210,17 +219,14 @@ class RemoteSubmission:
             raise CheckFailure(f"{text}: the worker sent back {error}", "protocol") from None
 
 
-def _signatures(submission: Submission) -> dict[str, list[str]]:
-    """Parameter names of the file's top-level functions, read from its AST."""
-    names = {}
-    try:
-        tree = ast.parse(submission.source)
-    except SyntaxError:
-        return names
-    for node in tree.body:
+def _signatures(submission: Submission) -> dict[str, tuple[int, list[str]]]:
+    """``{name: (line of its def, parameter names)}`` for the file's top-level
+    functions, read from the statements' syntax trees, not by running them."""
+    found = {}
+    for line, _, node in submission.statements:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names[node.name] = [a.arg for a in node.args.posonlyargs + node.args.args]
-    return names
+            found[node.name] = (line, [a.arg for a in node.args.posonlyargs + node.args.args])
+    return found
 
 
 def _is_array(value: object) -> bool:
@@ -256,9 +262,9 @@ def _error_failure(text: str, error: object) -> CheckFailure:
     return CheckFailure(f"{text} raised {kind}{where}{detail}", "error")
 
 
-def _death_failure(text: str, death: WorkerDied, limits: Limits, allowed: float) -> CheckFailure:
+def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:
     if death.kind == "timeout":
-        return CheckFailure(f"{text} did not finish within {allowed:.3g} s: an infinite loop? "
+        return CheckFailure(f"{text} did not finish within {limit}: an infinite loop? "
                             "(the exercise's other checks are skipped)", "timeout")
     return CheckFailure(f"{text} {death.reason} (the exercise's other checks are skipped)",
                         death.kind)

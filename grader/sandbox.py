@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import faulthandler
 import os
 import pickle
 import resource
@@ -138,6 +139,7 @@ def _isolate(submission: Submission, limits: Limits) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    faulthandler.disable()  # a crash is reported by the grader, not dumped on its terminal
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.memory_bytes:
         # The fork inherits torch's address space; allow that plus the budget.
@@ -178,8 +180,11 @@ def _run_statements(
     module = types.ModuleType(submission.module_name)
     module.__file__ = str(submission.path)
     sys.modules[submission.module_name] = module
+    for name, problem in submission.broken.items():
+        # Whoever calls a function that did not compile learns why.
+        module.__dict__[name] = _unparsable(name, problem.line)
     errors = []
-    for line, code in submission.statements:
+    for line, code, _ in submission.statements:
         if line in skip:
             continue
         if report:
@@ -196,6 +201,14 @@ def _run_statements(
         }
         send({"event": "loaded", "errors": errors, "names": names})
     return module
+
+
+def _unparsable(name: str, line: int):
+    def function(*args, **kwargs):
+        raise SyntaxError(f"{name} has a syntax error at line {line}, so it cannot run")
+
+    function.__name__ = name
+    return function
 
 
 def _serve(module: types.ModuleType, receive, send) -> None:

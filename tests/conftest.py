@@ -1,0 +1,44 @@
+"""Shared helpers: write a submission to a temporary folder and grade it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import COURSE_ROOT, find_chapter
+from grader.grading import GradeReport, grade
+from grader.known_bugs import function_span
+from grader.sandbox import Limits
+
+CH01 = find_chapter("ch01")
+SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
+STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
+# Short limits keep the tests of hangs fast; correct code needs far less.
+FAST = Limits(check_seconds=2.0, exercise_seconds=6.0)
+
+
+def replace_function(source: str, name: str, new_definition: str) -> str:
+    """``source`` with the top-level function ``name`` replaced."""
+    start, end = function_span(source, name)
+    return source[:start] + new_definition.strip("\n") + "\n" + source[end:]
+
+
+def statuses(report: GradeReport) -> dict[str, str]:
+    return {result.exercise.name: result.status for result in report.exercises}
+
+
+def result_of(report: GradeReport, name: str):
+    return next(result for result in report.exercises if result.exercise.name == name)
+
+
+@pytest.fixture
+def grade_source(tmp_path: Path):
+    """``grade_source(text)`` grades ``text`` as a chapter 1 submission."""
+
+    def run(source: str, limits: Limits = FAST, seed: int = 1234) -> GradeReport:
+        path = tmp_path / f"{CH01.module}.py"
+        path.write_text(source, encoding="utf-8")
+        return grade([(CH01, path)], limits=limits, seed=seed)
+
+    return run

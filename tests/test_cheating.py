@@ -1,0 +1,148 @@
+"""Submissions that try to turn failures into points get none.
+
+Each starts from the untouched stub (worth 0) or from one wrong function,
+adds a trick, and must still score what the honest code would.
+"""
+
+import json
+
+import pytest
+
+from conftest import SOLUTION, STUB, replace_function, result_of, statuses
+
+STUB_WITH = STUB + "\n"
+
+
+@pytest.mark.parametrize("trick", [
+    # Patching the comparisons: they run in the grader, not in this process.
+    "import torch\ntorch.allclose = lambda *a, **k: True\n"
+    "torch.testing.assert_close = lambda *a, **k: None\n",
+    "import numpy\nnumpy.testing.assert_allclose = lambda *a, **k: None\n"
+    "numpy.allclose = lambda *a, **k: True\n",
+    "import pytest\npytest.fail = lambda *a, **k: None\n",
+    # Pretending the run went well.
+    'print("PASSED"); print(\'{"score": 11, "max_score": 11}\')\n',
+    'open("results.json", "w").write(\'{"score": 11}\')\n',
+    # Ending the run "cleanly".
+    "import sys\nsys.exit(0)\n",
+    "import os\nos._exit(0)\n",
+], ids=["torch-allclose", "numpy-testing", "pytest-fail", "fake-output", "results-json",
+        "sys-exit", "os-exit"])
+def test_tricks_at_import_score_nothing(grade_source, trick):
+    report = grade_source(STUB_WITH + trick)
+    assert report.score == 0
+    assert not report.passed
+
+
+@pytest.mark.parametrize("definition", [
+    # An object equal to everything.
+    '''
+class Anything:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+def softmax(x, dim=-1):
+    return Anything()
+''',
+    # A tensor subclass that lies to torch's comparisons.
+    '''
+class Liar(torch.Tensor):
+    def __eq__(self, other): return True
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.isclose, torch.equal):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+def softmax(x, dim=-1):
+    return torch.zeros_like(x).as_subclass(Liar)
+''',
+    # Exiting "successfully" from inside the function.
+    '''
+def softmax(x, dim=-1):
+    import os
+    os._exit(0)
+''',
+], ids=["eq-always-true", "lying-tensor-subclass", "os-exit-in-function"])
+def test_fake_results_do_not_pass(grade_source, definition):
+    report = grade_source(replace_function(SOLUTION, "softmax", definition))
+    assert statuses(report)["softmax"] == "failed"
+
+
+def test_a_subclass_that_lies_is_judged_by_its_data(grade_source):
+    source = replace_function(SOLUTION, "softmax", '''
+class Liar(torch.Tensor):
+    def __eq__(self, other): return True
+def softmax(x, dim=-1):
+    return torch.zeros_like(x).as_subclass(Liar)
+''')
+    message = result_of(grade_source(source), "softmax").failed_checks[0].message
+    assert "max abs error" in message and "got 0" in message
+
+
+@pytest.mark.parametrize("function, definition, called", [
+    ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax"),
+    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.Tensor.softmax"),
+    ("softmax", "def softmax(x, dim=-1):\n    return torch.nn.functional.log_softmax(x, dim).exp()\n",
+     "torch.nn.functional.log_softmax"),
+    ("scaled_dot_product_attention", '''
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    import torch.nn.functional as F
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
+''', "torch.nn.functional.scaled_dot_product_attention"),
+], ids=["torch.softmax", "Tensor.softmax", "log_softmax", "F.sdpa"])
+def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, called):
+    report = grade_source(replace_function(SOLUTION, function, definition))
+    result = result_of(report, function)
+    assert result.status == "failed"
+    assert f"calls {called}, which this exercise asks you to write yourself" in \
+        result.failed_checks[0].message
+
+
+def test_catching_the_refusal_does_not_help(grade_source):
+    source = replace_function(SOLUTION, "softmax", '''
+def softmax(x, dim=-1):
+    try:
+        return torch.softmax(x, dim)
+    except RuntimeError:
+        exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        return exps / exps.sum(dim=dim, keepdim=True)
+''')
+    assert statuses(grade_source(source))["softmax"] == "failed"
+
+
+def test_other_exercises_may_use_torch_softmax(grade_source):
+    source = SOLUTION.replace("weights = softmax(scores.masked_fill(no_keys, 0.0), dim=-1)",
+                              "weights = torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1)")
+    assert source != SOLUTION
+    assert grade_source(source).passed
+
+
+@pytest.mark.parametrize("name, text", [
+    ("conftest.py", '''
+import pytest
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+'''),
+    ("pytest.ini", "[pytest]\naddopts = -p no:python\n"),
+    ("pyproject.toml", "[tool.pytest.ini_options]\naddopts = '--co'\n"),
+], ids=["conftest", "pytest.ini", "pyproject"])
+def test_pytest_files_beside_the_submission_are_ignored(grade_source, tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    report = grade_source(STUB)
+    assert report.score == 0
+    assert set(statuses(report).values()) == {"not implemented"}
+
+
+def test_json_mode_is_not_fooled_by_printing(tmp_path):
+    """Whatever the submission prints, stdout holds the grader's JSON alone."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "ch01_self_attention.py"
+    path.write_text(STUB + '\nprint(\'{"score": 11, "max_score": 11, "tests": []}\')\n')
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["score"] == 0

@@ -1,0 +1,120 @@
+"""The command line, end to end, as a student and an instructor run it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grader.catalog import CHAPTERS, COURSE_ROOT
+
+TOTAL = sum(chapter.points for chapter in CHAPTERS)
+
+
+def mha_course(*args: str, cwd=COURSE_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300, env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def solutions_run():
+    return mha_course("grade", "--solutions", "--seed", "7")
+
+
+@pytest.fixture(scope="module")
+def stubs_run():
+    return mha_course("grade", "--seed", "7")
+
+
+def test_solutions_get_full_marks(solutions_run):
+    assert solutions_run.returncode == 0, solutions_run.stdout + solutions_run.stderr
+    assert f"Total: {TOTAL} / {TOTAL} points" in solutions_run.stdout
+    assert "✗" not in solutions_run.stdout
+
+
+def test_untouched_stubs_get_nothing_and_say_so(stubs_run):
+    assert stubs_run.returncode == 1
+    assert f"Total: 0 / {TOTAL} points" in stubs_run.stdout
+    for chapter in CHAPTERS:
+        for exercise in chapter.exercises:
+            row = next(line for line in stubs_run.stdout.splitlines() if f" {exercise.name} " in f" {line} ")
+            assert "not implemented yet" in row
+
+
+@pytest.mark.parametrize("args, message", [
+    (["grade", "nonsense"], "unknown chapter 'nonsense'"),
+    (["grade", "--dir", "missing/"], "no such directory: missing"),
+    (["grade", "ch01", "--dir", "chapters"], "no file chapters/ch01_self_attention.py for ch01"),
+    (["grade", "--solutions", "--dir", "exercises"], "either --solutions or --dir"),
+    (["grade", "notes.txt"], "only .py files can be graded"),
+    (["grade", "elsewhere/ch01_self_attention.py"], "no such file"),
+    (["grade", "README.md"], "only .py files"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, message):
+    done = mha_course(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_file_named_for_no_chapter_is_a_usage_error(tmp_path):
+    path = tmp_path / "attention.py"
+    path.write_text("x = 1\n")
+    done = mha_course("grade", str(path))
+    assert done.returncode == 2 and "cannot tell which chapter" in done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_a_usage_error():
+    done = mha_course("grade", "--solutions", "--device", "cuda")
+    assert done.returncode == 2
+    assert "CUDA is not available" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_json_follows_gradescopes_schema():
+    done = mha_course("grade", "--solutions", "--json", "--seed", "7")
+    assert done.returncode == 0
+    results = json.loads(done.stdout)  # stdout holds the JSON and nothing else
+    assert results["score"] == results["max_score"] == TOTAL
+    assert isinstance(results["execution_time"], float)
+    names = [test["name"] for test in results["tests"]]
+    assert len(names) == sum(len(chapter.exercises) for chapter in CHAPTERS)
+    for test in results["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
+        assert test["status"] == "passed" and test["score"] == test["max_score"]
+
+
+def test_json_of_a_failing_run_reports_each_exercise(tmp_path):
+    path = tmp_path / "ch01_self_attention.py"
+    solution = (COURSE_ROOT / "solutions" / "ch01_self_attention.py").read_text()
+    path.write_text(solution.replace("scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0", 1))
+    done = mha_course("grade", str(path), "--json", "--seed", "7")
+    assert done.returncode == 1
+    tests = {test["name"].split(":")[0]: test for test in json.loads(done.stdout)["tests"]}
+    failed = tests["ch01 scaled_dot_product_attention"]
+    assert failed["status"] == "failed" and failed["score"] == 0
+    assert "not multiplied by 1/sqrt(d_k)" in failed["output"]
+    assert tests["ch01 softmax"]["status"] == "passed"
+
+
+def test_list_shows_every_exercise_with_points():
+    done = mha_course("list")
+    assert done.returncode == 0
+    for chapter in CHAPTERS:
+        for exercise in chapter.exercises:
+            assert exercise.name in done.stdout
+
+
+def test_build_check_passes_on_a_clean_tree():
+    done = mha_course("build", "--check")
+    assert done.returncode == 0, done.stderr
+
+
+def test_help_reads_like_documentation():
+    done = mha_course("grade", "--help")
+    assert done.returncode == 0
+    for option in ("--dir", "--solutions", "--device", "--timeout", "--json", "--seed"):
+        assert option in done.stdout

@@ -1,0 +1,59 @@
+"""Failure messages say what differs, in the order a student should fix it."""
+
+import numpy as np
+import pytest
+import torch
+
+from grader.compare import CheckFailure, expect_close, unpack
+
+
+def message_of(got, expected, **options) -> CheckFailure:
+    with pytest.raises(CheckFailure) as caught:
+        expect_close(got, expected, "f(x)", **options)
+    return caught.value
+
+
+def test_equal_values_pass():
+    expect_close(torch.ones(2, 3), torch.ones(2, 3) + 1e-7, "f(x)")
+
+
+@pytest.mark.parametrize("got, expected, text", [
+    (None, torch.ones(2), "f(x) returned None: is a return statement missing?"),
+    (np.ones(2), torch.ones(2), "f(x) returned a NumPy array, expected a torch.Tensor"),
+    (torch.ones(2), np.ones(2), "f(x) returned a torch.Tensor, expected a NumPy array"),
+    (torch.ones(2, 8, 4), torch.ones(2, 4, 8), "f(x) has shape (2, 8, 4), expected (2, 4, 8)"),
+    (torch.ones(2, dtype=torch.float64), torch.ones(2), "has dtype torch.float64, expected torch.float32"),
+    (np.ones(2, dtype=np.float32), np.ones(2), "has dtype float32, expected float64"),
+])
+def test_kind_shape_and_dtype_come_first(got, expected, text):
+    assert text in message_of(got, expected).message
+
+
+def test_nan_is_reported_with_its_position():
+    got = torch.zeros(2, 3)
+    got[1, 2] = float("nan")
+    message = message_of(got, torch.zeros(2, 3)).message
+    assert "f(x) has NaN at [1, 2] where the reference has 0 (1 of 6 entries differ)" == message
+
+
+def test_the_worst_entry_is_named():
+    expected = torch.zeros(2, 3)
+    got = expected.clone()
+    got[0, 1], got[1, 0] = 0.1, -0.31
+    message = message_of(got, expected).message
+    assert "max abs error 0.31 against the reference at [1, 0]" in message
+    assert "(expected 0, got -0.31; 2 of 6 entries differ)" in message
+
+
+def test_a_matching_known_bug_gives_its_hint():
+    expected = torch.ones(3)
+    got = torch.full((3,), 2.0)
+    bugs = lambda: iter([("looks like bug A", torch.zeros(3)), ("looks like bug B", torch.full((3,), 2.0))])
+    assert message_of(got, expected, bugs=bugs).hint == "looks like bug B"
+    assert message_of(got * 3, expected, bugs=bugs).hint is None
+
+
+def test_tuples_are_unpacked_or_explained():
+    assert unpack((1, 2), ("output", "weights"), "f(x)") == (1, 2)
+    with pytest.raises(CheckFailure, match=r"expected a tuple \(output, weights\)"):
+        unpack(torch.ones(2), ("output", "weights"), "f(x)")

@@ -1,0 +1,73 @@
+"""Reading a submission never runs it, and a syntax error costs only its block."""
+
+from pathlib import Path
+
+import pytest
+
+from grader.loading import SubmissionError, load_submission, parse_with_repairs
+
+
+def test_a_clean_file_parses_without_problems():
+    tree, problems = parse_with_repairs("def f(x):\n    return x\n", "f.py")
+    assert problems == [] and len(tree.body) == 1
+
+
+def test_each_broken_function_is_blanked_and_named():
+    source = (
+        "import math\n"
+        "\n"
+        "def broken(x):\n"
+        "    return (x\n"
+        "\n"
+        "def fine(x):\n"
+        "    return x\n"
+        "\n"
+        "@decorated\n"
+        "def also_broken(x)\n"
+        "    return x\n"
+    )
+    tree, problems = parse_with_repairs(source, "f.py")
+    assert [p.name for p in problems] == ["broken", "also_broken"]
+    assert [p.line for p in problems] == [4, 10]
+    names = [getattr(node, "name", None) for node in tree.body]
+    assert names == [None, "fine"]  # the import and the one good function survive
+    assert tree.body[1].lineno == 6  # line numbers are the student's
+
+
+def test_a_broken_top_level_statement_is_a_problem_without_a_name():
+    _, problems = parse_with_repairs("x = (1,\ndef f():\n    return 1\n", "f.py")
+    assert problems and problems[0].name is None
+
+
+def test_statements_that_parse_but_do_not_compile_are_problems(tmp_path: Path):
+    path = tmp_path / "f.py"
+    path.write_text("def f():\n    return 1\nreturn 2\n")
+    submission = load_submission(path, "f")
+    assert [line for line, _, _ in submission.statements] == [1]
+    assert "'return' outside function" in str(submission.problems[0])
+
+
+def test_future_imports_apply_to_every_statement(tmp_path: Path):
+    path = tmp_path / "f.py"
+    path.write_text("from __future__ import annotations\ndef f(x: Undefined) -> Missing:\n    return x\n")
+    submission = load_submission(path, "f")
+    namespace = {}
+    for _, code, _ in submission.statements:
+        exec(code, namespace)  # would raise NameError without the future flag
+    assert namespace["f"](3) == 3
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe\x00bad", "is not UTF-8"),
+    (b"x = 1\x00\n", "null bytes"),
+])
+def test_unreadable_files_are_submission_errors(tmp_path: Path, content, message):
+    path = tmp_path / "f.py"
+    path.write_bytes(content)
+    with pytest.raises(SubmissionError, match=message):
+        load_submission(path, "f")
+
+
+def test_a_missing_file_is_a_submission_error(tmp_path: Path):
+    with pytest.raises(SubmissionError, match="cannot read"):
+        load_submission(tmp_path / "gone.py", "f")
