@@ -9,6 +9,7 @@ so ``list`` and ``--help`` answer at once.
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -21,7 +22,6 @@ from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, chapt
 app = typer.Typer(
     help="Grade the exercises of the attention course, and build them from the solutions.",
     add_completion=False,
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 stdout = Console()
@@ -178,5 +178,19 @@ def build(
     stdout.print(f"{len(files)} generated files, {len(changed)} changed.")
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line; usage errors, typer's included, are one line."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args or ["--help"], standalone_mode=False, prog_name="mha-course")
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        sys.exit(130)
+    except Exception as error:
+        # typer's (or click's) usage errors: a bad option value, an unknown command.
+        if not (hasattr(error, "format_message") and hasattr(error, "exit_code")):
+            raise
+        stderr.print(f"[bold red]error:[/] {error.format_message()} (see mha-course --help)",
+                     highlight=False, soft_wrap=True)
+        sys.exit(error.exit_code or USAGE_ERROR)
+    sys.exit(code or 0)

@@ -21,7 +21,7 @@ from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief
 from grader.loading import Submission, SubmissionError
 from grader.sandbox import Limits, Worker, WorkerDied, probe
-from grader.wire import WireError, decode
+from grader.wire import WireError, decode, encode
 
 
 @dataclass
@@ -131,8 +131,8 @@ class RemoteSubmission:
                  else f"the {self.limits.exercise_seconds:g} s limit of the whole exercise")
         request = {
             "function": function,
-            "args": list(args),
-            "kwargs": dict(kwargs),
+            "args": encode(list(args)),
+            "kwargs": {key: encode(value) for key, value in kwargs.items()},
             "forbidden": self._forbidden(exercise),
             "grad": grad,
         }

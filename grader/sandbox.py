@@ -12,10 +12,8 @@ latter into a reason: timed out, exited, crashed, ran out of memory.
 from __future__ import annotations
 
 import ctypes
-import errno
 import faulthandler
 import os
-import pickle
 import resource
 import select
 import signal
@@ -218,7 +216,9 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         request = receive()
         if request is None:
             return
-        name, args, kwargs = request["function"], request["args"], request["kwargs"]
+        name = request["function"]
+        args = wire.decode(request["args"])
+        kwargs = {key: wire.decode(value) for key, value in request["kwargs"].items()}
         banned = {}
         for dotted in request.get("forbidden", ()):
             target = _resolve(dotted)
@@ -271,8 +271,8 @@ def _child_main(read_fd: int, write_fd: int, submission: Submission, limits: Lim
         header = _read_exactly(read_fd, wire.HEADER.size)
         if header is None:
             return None
-        (size,) = wire.HEADER.unpack(header)
-        return pickle.loads(_read_exactly(read_fd, size))
+        payload = _read_exactly(read_fd, sum(wire.HEADER.unpack(header)))
+        return None if payload is None else wire.load(header, payload)
 
     _isolate(submission, limits)
     module = _run_statements(submission, skip, send, report)
@@ -305,6 +305,10 @@ class Worker:
             summary of what the file defined once done (used to probe a file).
     """
 
+    # The grader's ends of the pipes of every live worker: a new worker
+    # closes them, so it cannot talk to, or listen to, another one.
+    _grader_fds: set[int] = set()
+
     def __init__(self, submission: Submission, limits: Limits,
                  skip: frozenset[int] = frozenset(), report: bool = False):
         self.limits = limits
@@ -315,8 +319,8 @@ class Worker:
         pid = os.fork()
         if pid == 0:  # the child never returns into the grader's code
             try:
-                os.close(to_child_write)
-                os.close(from_child_read)
+                for fd in (to_child_write, from_child_read, *Worker._grader_fds):
+                    os.close(fd)
                 _child_main(to_child_read, from_child_write, submission, limits, skip, report)
             finally:
                 os._exit(0)
@@ -325,6 +329,7 @@ class Worker:
         self.pid = pid
         self._to_child = to_child_write
         self._from_child = from_child_read
+        Worker._grader_fds.update((to_child_write, from_child_read))
         self.last_line: int | None = None  # last statement reported while loading
         self._status: int | None = None
 
@@ -333,20 +338,19 @@ class Worker:
 
     def receive(self, deadline: float) -> dict:
         header = self._read(wire.HEADER.size, deadline)
-        (size,) = wire.HEADER.unpack(header)
+        size = sum(wire.HEADER.unpack(header))
         if size > wire.MAX_FRAME:
             self.kill()
             raise WorkerDied(f"sent an answer of {size / 2**20:.0f} MiB, over the limit", "protocol")
         try:
-            return wire.load(self._read(size, deadline))
+            return wire.load(header, self._read(size, deadline))
         except wire.WireError as error:
             self.kill()
             raise WorkerDied(str(error), "protocol") from None
 
     def request(self, message: dict, deadline: float) -> dict:
         """Send one request and wait for its answer until ``deadline``."""
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self._write(wire.HEADER.pack(len(payload)) + payload, deadline)
+        self._write(wire.dump(message), deadline)
         return self.receive(deadline)
 
     def _read(self, size: int, deadline: float) -> bytes:
@@ -417,11 +421,9 @@ class Worker:
                 pass
             self._wait()
         for fd in (self._to_child, self._from_child):
-            try:
+            if fd in Worker._grader_fds:
+                Worker._grader_fds.discard(fd)
                 os.close(fd)
-            except OSError as error:
-                if error.errno != errno.EBADF:
-                    raise
         self._to_child = self._from_child = -1
 
     close = kill

@@ -1,17 +1,18 @@
-"""What crosses from a worker back to the grader: data, never objects.
+"""What crosses between the grader and a worker: data, never objects.
 
 The worker (student code) turns whatever a function returned into a tree of
 plain values: tensors, numbers, strings, lists and dicts, each tagged with
-what it was. It is written with ``torch.save`` and read here with
-``torch.load(weights_only=True)``, which refuses to build anything but those
-plain values, so no object of the student's (a tensor subclass that lies in
-``__eq__``, an object that is "equal" to everything) can reach the process
-that decides the grade. ``decode`` then checks the tree's shape strictly.
+what it was (``encode``). A frame carries that tree as JSON, with each
+tensor's bytes appended after it; reading a frame (``load``) parses JSON and
+copies bytes into fresh tensors, and runs no pickle, so nothing the student
+built (a tensor subclass that lies in ``__eq__``, an object "equal" to
+everything) can reach the process that decides the grade. ``decode`` then
+checks the tree's shape strictly. Requests to the worker use the same frames.
 """
 
 from __future__ import annotations
 
-import io
+import json
 import struct
 
 import numpy as np
@@ -21,7 +22,11 @@ MAX_FRAME = 64 * 2**20  # bytes; a worker that sends more is stopped
 MAX_ITEMS = 256  # items of one list or tuple that are sent
 MAX_DEPTH = 6
 MAX_TEXT = 500  # characters of a string or repr that are sent
-HEADER = struct.Struct(">Q")  # length prefix of a frame
+HEADER = struct.Struct(">QQ")  # sizes of a frame's JSON part and of its tensor bytes
+DTYPES = {str(dtype): dtype for dtype in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64,
+    torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+    torch.bool)}
 
 
 class WireError(Exception):
@@ -38,6 +43,66 @@ class Foreign:
 
     def __repr__(self) -> str:
         return f"<{self.type_name}>"
+
+
+# -- frames, in both directions ---------------------------------------------
+
+
+def dump(message: dict) -> bytes:
+    """One frame: sizes, the JSON of ``message`` with each tensor replaced by
+    a reference, then the tensors' bytes in order."""
+    blobs: list[bytes] = []
+
+    def plain(node):
+        if isinstance(node, torch.Tensor):
+            tensor = node.detach().contiguous().cpu()
+            blobs.append(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            return {"$tensor": len(blobs) - 1, "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+        if isinstance(node, dict):
+            return {str(key): plain(value) for key, value in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [plain(item) for item in node]
+        return node
+
+    text = json.dumps(plain(message)).encode()
+    data = b"".join(blobs)
+    return HEADER.pack(len(text), len(data)) + text + data
+
+
+def load(header: bytes, payload: bytes) -> dict:
+    """Rebuild a message from its frame; only JSON values and tensors come out."""
+    text_size, _ = HEADER.unpack(header)
+    try:
+        tree = json.loads(payload[:text_size])
+    except ValueError:
+        raise WireError("unreadable answer") from None
+    data = memoryview(payload)[text_size:]
+    offset = 0
+
+    def rebuild(node):
+        nonlocal offset
+        if isinstance(node, list):
+            return [rebuild(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$tensor" not in node:
+            return {key: rebuild(value) for key, value in node.items()}
+        dtype, shape = DTYPES.get(node.get("dtype")), node.get("shape")
+        if dtype is None or not isinstance(shape, list) or not all(
+                type(size) is int and size >= 0 for size in shape):
+            raise WireError("malformed tensor")
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if offset + size > len(data):
+            raise WireError("malformed tensor")
+        chunk, offset = bytearray(data[offset:offset + size]), offset + size
+        if size == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(chunk, dtype=dtype).reshape(shape)
+
+    message = rebuild(tree)
+    if type(message) is not dict:
+        raise WireError("malformed answer")
+    return message
 
 
 # -- worker side ------------------------------------------------------------
@@ -65,16 +130,21 @@ def encode(value: object, depth: int = 0) -> dict:
     if isinstance(value, torch.Tensor):
         if value.device.type == "meta":
             return {"kind": "meta", "shape": list(value.shape), "dtype": str(value.dtype)}
+        if str(value.dtype) not in DTYPES:
+            return {"kind": "foreign", "type": f"tensor of dtype {value.dtype}", "text": ""}
         return {
             "kind": "tensor",
             "data": _plain_tensor(value),
             "device": str(value.device),
-            "requires_grad": bool(value.requires_grad),
         }
     if isinstance(value, np.ndarray):
-        if value.dtype.kind in "biufc":
-            return {"kind": "ndarray", "data": torch.from_numpy(np.array(value, copy=True))}
-        return {"kind": "foreign", "type": f"numpy.ndarray of dtype {value.dtype}", "text": ""}
+        try:
+            data = torch.from_numpy(np.array(value, copy=True))
+        except TypeError:  # object arrays, float128...: not numbers torch can carry
+            data = None
+        if data is None or str(data.dtype) not in DTYPES:
+            return {"kind": "foreign", "type": f"numpy.ndarray of dtype {value.dtype}", "text": ""}
+        return {"kind": "ndarray", "data": data}
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return {"kind": "numpy_scalar", "value": value.item(), "dtype": str(value.dtype)}
     if value is None or type(value) in (bool, int, float):
@@ -91,26 +161,7 @@ def encode(value: object, depth: int = 0) -> dict:
     return {"kind": "foreign", "type": _type_name(value), "text": text}
 
 
-def dump(message: dict) -> bytes:
-    """One frame: a length prefix and the ``torch.save`` of ``message``."""
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    payload = buffer.getvalue()
-    return HEADER.pack(len(payload)) + payload
-
-
 # -- grader side ------------------------------------------------------------
-
-
-def load(payload: bytes) -> dict:
-    """Read one frame's payload, allowing nothing but plain data."""
-    try:
-        message = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise WireError(f"unreadable answer ({type(error).__name__})") from None
-    if type(message) is not dict:
-        raise WireError("malformed answer")
-    return message
 
 
 def _field(node: dict, key: str, kinds: type | tuple[type, ...]):

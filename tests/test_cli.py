@@ -51,6 +51,9 @@ def test_untouched_stubs_get_nothing_and_say_so(stubs_run):
     (["grade", "notes.txt"], "only .py files can be graded"),
     (["grade", "elsewhere/ch01_self_attention.py"], "no such file"),
     (["grade", "README.md"], "only .py files"),
+    (["grade", "--device", "gpu"], "Invalid value for '--device'"),
+    (["grade", "--timeout", "soon"], "Invalid value for '--timeout'"),
+    (["regrade"], "No such command 'regrade'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(args, message):
     done = mha_course(*args)
