@@ -9,6 +9,7 @@ so ``list`` and ``--help`` answer at once.
 from __future__ import annotations
 
 import enum
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -80,6 +81,9 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
 
 
 def _device(choice: Device):
+    # Ask NVML, not the CUDA runtime: the grader must not initialise CUDA
+    # before it forks workers, which initialise it themselves.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import torch
 
     if choice is Device.cpu:

@@ -3,7 +3,7 @@
 Checks call these helpers with the submission's value and the expected one.
 A failure raises ``CheckFailure`` whose message names what was tried and what
 differs, in the order a student should fix things: the kind of value, its
-shape, dtype and device, NaN or infinity, then the values themselves (largest
+shape and dtype, NaN or infinity, then the values themselves (largest
 error and where). When the value matches a known wrong implementation on the
 same inputs, the failure carries that bug's hint.
 """
@@ -112,7 +112,7 @@ def _index_text(flat_index: int, shape: Sequence[int]) -> str:
 
 
 def expect_like(got: object, expected: torch.Tensor | np.ndarray, what: str) -> None:
-    """Same kind of array, shape, dtype and device as ``expected``."""
+    """Same kind of array, shape and dtype as ``expected``."""
     if got is None:
         fail(f"{what} returned None: is a return statement missing?")
     if isinstance(expected, np.ndarray):
@@ -127,8 +127,6 @@ def expect_like(got: object, expected: torch.Tensor | np.ndarray, what: str) -> 
         fail(f"{what} has shape {shape_text(got.shape)}, expected {shape_text(expected.shape)}")
     if got.dtype != expected.dtype:
         fail(f"{what} has dtype {dtype_text(got)}, expected {dtype_text(expected)}")
-    if isinstance(expected, torch.Tensor) and got.device != expected.device:
-        fail(f"{what} is on {got.device}, expected {expected.device}: create tensors on the inputs' device")
 
 
 def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,

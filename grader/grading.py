@@ -9,6 +9,7 @@ workers that ``RemoteSubmission`` forks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import secrets
@@ -83,12 +84,14 @@ def grade(
 
     Args:
         targets: ``(chapter, path of the student's file)`` pairs.
-        device: where the checks build their inputs.
+        device: where the student's code runs.
         limits: time and memory limits for student code.
         seed: seed of the random inputs; a fresh one when None.
     """
     started = time.perf_counter()
     seed = secrets.randbelow(2**31) if seed is None else seed
+    if device.type == "cuda":  # CUDA reserves far more address space than it uses
+        limits = dataclasses.replace(limits, memory_bytes=0)
     submissions = {}
     for chapter, path in targets:
         try:
@@ -96,7 +99,7 @@ def grade(
         except SubmissionError as error:
             parsed = error
         submissions[chapter.id] = RemoteSubmission(chapter, parsed, limits, device)
-    plugin = GradingPlugin(submissions, seed, device)
+    plugin = GradingPlugin(submissions, seed)
     try:
         _run_checks([chapter for chapter, _ in targets], plugin)
     finally:
@@ -162,8 +165,10 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     first = failed[0]
     if first.kind == "missing":
         return ExerciseResult(chapter, exercise, "missing", first.message, checks)
-    # The hint of a known bug is the best one-line reason; else the check's name.
-    reason = f"{first.hint or 'fails: ' + first.check} ({len(failed)} of {len(ran)} checks failed)"
+    # One line: a known bug's hint says most; a wrong value is summed up by
+    # the check's name (details follow the table); anything else by its message.
+    summary = first.hint or (f"fails: {first.check}" if first.kind == "mismatch" else first.message)
+    reason = f"{summary} ({len(failed)} of {len(ran)} checks failed)"
     failing_uses = [name for name in exercise.uses
                     if name in earlier and earlier[name].status != "passed"]
     note = f"it uses {', '.join(failing_uses)}, which fails too" if failing_uses else ""

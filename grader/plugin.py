@@ -1,8 +1,8 @@
 """The pytest plugin that runs the hidden checks and collects their verdicts.
 
 The checks in ``grader/checks/`` are ordinary pytest tests. This plugin gives
-them their fixtures (``submission``, ``reference``, ``bugs``, ``inputs``,
-``device``) and records, for each check, its exercise, its outcome and the
+them their fixtures (``submission``, ``reference``, ``bugs``, ``inputs``)
+and records, for each check, its exercise, its outcome and the
 one sentence a student reads. Nothing here trusts the submission: its code
 runs in workers, and outcomes are recorded in this process only.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 from grader.compare import CheckFailure
@@ -67,13 +66,11 @@ class GradingPlugin:
     Args:
         submissions: the remote submission of each chapter being graded, by id.
         seed: the run's seed for random inputs.
-        device: the device inputs are built on.
     """
 
-    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int, device: torch.device):
+    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int):
         self.submissions = submissions
         self.seed = seed
-        self.torch_device = device
         self.results: list[CheckResult] = []
         self._references: dict[str, object] = {}
 
@@ -98,11 +95,7 @@ class GradingPlugin:
 
     @pytest.fixture
     def inputs(self, request: pytest.FixtureRequest) -> Inputs:
-        return Inputs(self.seed, request.node.nodeid, self.torch_device)
-
-    @pytest.fixture
-    def device(self) -> torch.device:
-        return self.torch_device
+        return Inputs(self.seed, request.node.nodeid)
 
     def reference_module(self, chapter: Chapter):
         """The chapter's reference solution, imported once (trusted code)."""

@@ -21,7 +21,7 @@ from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief
 from grader.loading import Submission, SubmissionError
 from grader.sandbox import Limits, Worker, WorkerDied, probe
-from grader.wire import WireError, decode, encode
+from grader.wire import WireError, decode, devices, encode
 
 
 @dataclass
@@ -37,7 +37,9 @@ class RemoteSubmission:
         chapter: the chapter the file is for.
         submission: the parsed file, or the error that stopped it being read.
         limits: time and memory limits for the workers.
-        device: where tensors that come back should live.
+        device: where the student's functions get their inputs. The grader
+            itself computes on the CPU and never initialises CUDA, so that
+            forked workers can.
     """
 
     def __init__(self, chapter: Chapter, submission: Submission | SubmissionError,
@@ -45,7 +47,7 @@ class RemoteSubmission:
         self.chapter = chapter
         self.submission = submission
         self.limits = limits
-        self.device = device
+        self.device = str(device)
         self.notes: list[str] = []
         self._names: dict[str, str] = {}
         self._load_failure: str | None = None
@@ -134,6 +136,7 @@ class RemoteSubmission:
             "args": encode(list(args)),
             "kwargs": {key: encode(value) for key, value in kwargs.items()},
             "forbidden": self._forbidden(exercise),
+            "device": self.device,
             "grad": grad,
         }
         try:
@@ -199,22 +202,23 @@ class RemoteSubmission:
         try:
             if not answer.get("ok"):
                 raise _error_failure(text, answer.get("error"))
-            value = decode(answer.get("value"), self.device)
-            after = decode(answer.get("args"), self.device)
+            value = decode(answer.get("value"))
+            _expect_device(text, answer.get("value"), self.device)
+            after = decode(answer.get("args"))
             after_kwargs = answer.get("kwargs")
             if not isinstance(after_kwargs, dict):
                 raise WireError("malformed answer")
             _expect_unchanged(text, list(args), after, self._signatures.get(function, (None, []))[1])
             for key, sent in kwargs.items():
                 if key in after_kwargs:
-                    _expect_unchanged(text, [sent], [decode(after_kwargs[key], self.device)], [key])
+                    _expect_unchanged(text, [sent], [decode(after_kwargs[key])], [key])
             if grad is None:
                 return value
             grads = answer.get("grads")
             if not isinstance(grads, dict) or not grads.get("ok"):
                 reason = grads.get("message") if isinstance(grads, dict) else None
                 raise CheckFailure(f"{text}: {reason or 'no gradients came back'}")
-            return value, [decode(g, self.device) for g in grads.get("values", [])]
+            return value, [decode(g) for g in grads.get("values", [])]
         except WireError as error:
             raise CheckFailure(f"{text}: the worker sent back {error}", "protocol") from None
 
@@ -268,6 +272,14 @@ def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:
                             "(the exercise's other checks are skipped)", "timeout")
     return CheckFailure(f"{text} {death.reason} (the exercise's other checks are skipped)",
                         death.kind)
+
+
+def _expect_device(text: str, encoded: object, device: str) -> None:
+    """Fail when a returned tensor is not on the device the inputs were on."""
+    for where in sorted(devices(encoded)):
+        if torch.device(where).type != torch.device(device).type:
+            raise CheckFailure(f"{text} returned a tensor on {where} for inputs on {device}: "
+                               "create new tensors on the inputs' device (device=x.device)")
 
 
 def _same(before: object, after: object) -> bool:

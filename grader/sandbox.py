@@ -141,10 +141,12 @@ def _isolate(submission: Submission, limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.memory_bytes:
         # The fork inherits torch's address space; allow that plus the budget.
+        # (Not with CUDA: it reserves far more address space than it uses.)
         inherited = _address_space_bytes()
         cap = inherited + limits.memory_bytes
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     torch.set_num_threads(1)  # small tensors; and workers may run side by side
+    _full_precision_float32()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # C-level prints go nowhere; Python-level ones are capped
         os.dup2(devnull, fd)
@@ -201,6 +203,22 @@ def _run_statements(
     return module
 
 
+def _on(device: str, value: object) -> object:
+    """Inputs travel as CPU bytes; the student's function gets them on ``device``."""
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def _full_precision_float32() -> None:
+    """TF32 off, so float32 matmuls on a GPU are as exact as the reference's."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9; mixing with the old flags is an error
+        matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"
+    else:
+        matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def _unparsable(name: str, line: int):
     def function(*args, **kwargs):
         raise SyntaxError(f"{name} has a syntax error at line {line}, so it cannot run")
@@ -216,9 +234,9 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         request = receive()
         if request is None:
             return
-        name = request["function"]
-        args = wire.decode(request["args"])
-        kwargs = {key: wire.decode(value) for key, value in request["kwargs"].items()}
+        name, device = request["function"], request["device"]
+        args = [_on(device, value) for value in wire.decode(request["args"])]
+        kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
         banned = {}
         for dotted in request.get("forbidden", ()):
             target = _resolve(dotted)
@@ -254,7 +272,7 @@ def _gradients(result: object, args: list, grad: dict) -> dict:
     inputs = [args[index] for index in grad["wrt"]]
     # <output, grad_output> as a scalar gives the same gradients as passing
     # grad_outputs, and skips a lazy torch import that costs a second.
-    scalar = (output * grad["grad_output"]).sum()
+    scalar = (output * grad["grad_output"].to(output.device)).sum()
     grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
     return {"ok": True, "values": [wire.encode(g) for g in grads]}
 

@@ -171,21 +171,18 @@ def _field(node: dict, key: str, kinds: type | tuple[type, ...]):
     return value
 
 
-def decode(node: object, device: torch.device | None = None) -> object:
-    """Rebuild a value from ``encode``'s description (runs in the grader).
+def decode(node: object) -> object:
+    """Rebuild a value from ``encode``'s description.
 
-    Tensors come back on the device the worker had them on when that device
-    exists here; NumPy arrays come back as NumPy arrays.
+    Tensors come back on the CPU (``devices`` tells where they were); NumPy
+    arrays come back as NumPy arrays.
     """
     if type(node) is not dict:
         raise WireError("malformed answer")
     kind = node.get("kind")
     if kind == "tensor":
-        data = _field(node, "data", torch.Tensor)
-        where = _field(node, "device", str)
-        if device is not None and where != "cpu":
-            data = data.to(device)
-        return data
+        _field(node, "device", str)
+        return _field(node, "data", torch.Tensor)
     if kind == "ndarray":
         return _field(node, "data", torch.Tensor).numpy()
     if kind == "numpy_scalar":
@@ -196,10 +193,21 @@ def decode(node: object, device: torch.device | None = None) -> object:
             raise WireError("malformed answer")
         return value
     if kind in ("tuple", "list"):
-        items = [decode(item, device) for item in _field(node, "items", list)]
+        items = [decode(item) for item in _field(node, "items", list)]
         return tuple(items) if kind == "tuple" else items
     if kind == "meta":
         return Foreign("meta tensor", f"shape {tuple(_field(node, 'shape', list))}")
     if kind == "foreign":
         return Foreign(_field(node, "type", str), _field(node, "text", str))
     raise WireError(f"malformed answer: unknown kind {kind!r}")
+
+
+def devices(node: object) -> set[str]:
+    """The devices of the tensors in an encoded value: ``{"cuda:0"}``."""
+    found = set()
+    if isinstance(node, dict):
+        if node.get("kind") == "tensor":
+            found.add(str(node.get("device")))
+        for item in node.get("items") or ():
+            found |= devices(item)
+    return found

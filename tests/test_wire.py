@@ -102,3 +102,19 @@ def test_a_frame_that_is_not_json_is_refused():
 def test_malformed_descriptions_are_refused(node):
     with pytest.raises(wire.WireError):
         wire.decode(node)
+
+
+def test_the_devices_of_returned_tensors_are_known():
+    encoded = wire.encode((torch.zeros(2), [torch.ones(1), 3]))
+    assert wire.devices(encoded) == {"cpu"}
+    assert wire.devices(wire.encode("no tensor")) == set()
+
+
+def test_a_tensor_on_another_device_than_the_inputs_fails():
+    from grader.compare import CheckFailure
+    from grader.remote import _expect_device
+
+    answer = {"kind": "tuple", "items": [{"kind": "tensor", "device": "cuda:0"}]}
+    with pytest.raises(CheckFailure, match="returned a tensor on cuda:0 for inputs on cpu"):
+        _expect_device("f(x (2,))", answer, "cpu")
+    _expect_device("f(x (2,))", answer, "cuda")
