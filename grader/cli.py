@@ -12,7 +12,7 @@ import enum
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -98,19 +98,19 @@ def _device(choice: Device):
 
 @app.command()
 def grade(
-    targets: Annotated[Optional[list[str]], typer.Argument(
+    targets: Annotated[list[str] | None, typer.Argument(
         help="Chapters (ch01, 1, 01_self_attention) or .py files; none means every chapter found.",
         show_default=False)] = None,
-    directory: Annotated[Optional[Path], typer.Option(
-        "--dir", help="Folder holding the submission.  [default: exercises/]",
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", help="Folder holding the submission.  \\[default: exercises/]",
         show_default=False)] = None,
     solutions: Annotated[bool, typer.Option(
         "--solutions", help="Grade the reference solutions (same as --dir solutions).")] = False,
     device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
     timeout: Annotated[float, typer.Option(
         help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
-    seed: Annotated[Optional[int], typer.Option(
-        help="Seed of the random inputs, to replay a run.  [default: a fresh one]",
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the random inputs, to replay a run.  \\[default: a fresh one]",
         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print Gradescope's results.json on stdout instead of a table.")] = False,

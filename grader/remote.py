@@ -291,7 +291,8 @@ def _same(before: object, after: object) -> bool:
             return bool(((before == after) | (before.isnan() & after.isnan())).all())
         return torch.equal(before, after)
     if isinstance(before, np.ndarray):
-        return isinstance(after, np.ndarray) and np.array_equal(before, after, equal_nan=before.dtype.kind == "f")
+        return isinstance(after, np.ndarray) and np.array_equal(
+            before, after, equal_nan=before.dtype.kind == "f")
     return True
 
 

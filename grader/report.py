@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader.grading import ExerciseResult, GradeReport
+from grader.grading import GradeReport
 
 STATUS_STYLE = {
     "passed": ("✓ pass", "green"),

@@ -11,6 +11,7 @@ latter into a reason: timed out, exited, crashed, ran out of memory.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
@@ -22,7 +23,6 @@ import time
 import traceback
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -133,10 +133,9 @@ def _describe_error(error: BaseException, filename: str) -> dict:
 def _isolate(submission: Submission, limits: Limits) -> None:
     """Make this freshly forked process a worker: limits, silence, one thread."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
-    try:  # die with the grader rather than linger as an orphan (Linux only)
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):  # Linux only
+        # Die with the grader rather than linger as an orphan: PR_SET_PDEATHSIG.
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     faulthandler.disable()  # a crash is reported by the grader, not dumped on its terminal
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.memory_bytes:
@@ -153,10 +152,8 @@ def _isolate(submission: Submission, limits: Limits) -> None:
     sys.stdout = sys.stderr = _CappedText(limits.output_bytes)
     folder = str(submission.path.parent.resolve())
     sys.path.insert(0, folder)  # a chapter may import an earlier chapter's file
-    try:
+    with contextlib.suppress(OSError):
         os.chdir(folder)
-    except OSError:
-        pass
 
 
 def _address_space_bytes() -> int:
@@ -257,7 +254,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         except BaseException as error:
             answer = {"ok": False, "error": _describe_error(error, filename)}
         if mode.used:
-            answer = {"ok": False, "error": {"type": "Forbidden", "message": mode.used, "line": 0, "code": ""}}
+            answer = {"ok": False,
+                      "error": {"type": "Forbidden", "message": mode.used, "line": 0, "code": ""}}
         # Sent back so the grader can tell whether the function changed its inputs.
         answer["args"] = wire.encode(list(args))
         answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}
@@ -433,10 +431,8 @@ class Worker:
     def kill(self) -> None:
         """Stop the worker now and reap it; safe to call more than once."""
         if self._status is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self._wait()
         for fd in (self._to_child, self._from_child):
             if fd in Worker._grader_fds:

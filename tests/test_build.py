@@ -9,8 +9,8 @@ from grader.catalog import CHAPTERS, COURSE_ROOT
 
 
 def test_committed_files_are_what_the_build_writes():
-    stale = stale_files(generated_files())
-    assert not stale, f"run `mha-course build`: out of date: {[str(p.relative_to(COURSE_ROOT)) for p in stale]}"
+    stale = [str(path.relative_to(COURSE_ROOT)) for path in stale_files(generated_files())]
+    assert not stale, f"run `mha-course build`: out of date: {stale}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])

@@ -33,7 +33,7 @@ def test_nan_is_reported_with_its_position():
     got = torch.zeros(2, 3)
     got[1, 2] = float("nan")
     message = message_of(got, torch.zeros(2, 3)).message
-    assert "f(x) has NaN at [1, 2] where the reference has 0 (1 of 6 entries differ)" == message
+    assert message == "f(x) has NaN at [1, 2] where the reference has 0 (1 of 6 entries differ)"
 
 
 def test_the_worst_entry_is_named():
@@ -48,7 +48,10 @@ def test_the_worst_entry_is_named():
 def test_a_matching_known_bug_gives_its_hint():
     expected = torch.ones(3)
     got = torch.full((3,), 2.0)
-    bugs = lambda: iter([("looks like bug A", torch.zeros(3)), ("looks like bug B", torch.full((3,), 2.0))])
+
+    def bugs():
+        return iter([("looks like bug A", torch.zeros(3)), ("looks like bug B", torch.full((3,), 2.0))])
+
     assert message_of(got, expected, bugs=bugs).hint == "looks like bug B"
     assert message_of(got * 3, expected, bugs=bugs).hint is None
 
