@@ -20,7 +20,7 @@ import torch
 from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief
 from grader.loading import Submission, SubmissionError
-from grader.sandbox import Limits, Worker, WorkerDied, probe
+from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -49,11 +49,9 @@ class RemoteSubmission:
         self.limits = limits
         self.device = str(device)
         self.notes: list[str] = []
-        self._names: dict[str, str] = {}
+        self._loaded_file = LoadResult()
         self._load_failure: str | None = None
-        self._skip: frozenset[int] = frozenset()
         self._signatures: dict[str, tuple[int, list[str]]] = {}
-        self._import_errors: dict[int, str] = {}  # first line of a statement -> what it raised
         self._exercises: dict[str, _ExerciseState] = {}
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
@@ -71,25 +69,16 @@ class RemoteSubmission:
         if isinstance(self.submission, SubmissionError):
             self._load_failure = str(self.submission)
             return
-        for problem in self.submission.problems:
-            self.notes.append(str(problem))
         self._signatures = _signatures(self.submission)
-        result = probe(self.submission, self.limits)
-        self._skip = result["skip"]
-        names = result["names"]
-        self._names = {k: v for k, v in names.items() if isinstance(k, str) and isinstance(v, str)} \
-            if isinstance(names, dict) else {}
-        for fault in result["faults"]:
-            where = f"line {fault['line']}" if fault["line"] else "loading the file"
-            reason = f"did not finish within {self.limits.check_seconds:g} s" \
-                if fault["kind"] == "timeout" else fault["reason"]
-            self.notes.append(f"{where}: running it {reason}; that line was skipped")
-        for error in result["errors"] if isinstance(result["errors"], list) else ():
-            self.notes.append(_import_error_note(error))
-            if isinstance(error, dict) and isinstance(error.get("statement"), int):
-                self._import_errors[error["statement"]] = f"{error.get('type')}: {error.get('message')}"
-        if result["faults"] and not self._names:
-            self._load_failure = "your file could not be run: " + self.notes[-1]
+        self._loaded_file = probe(self.submission, self.limits)
+        notes = [(problem.line, str(problem)) for problem in self.submission.problems]
+        notes += [(line, f"line {line} {reason}; grading went on without it")
+                  for line, reason in self._loaded_file.skipped.items()]
+        notes += [(line, f"line {line}, at import: {error}; grading went on without it")
+                  for line, error in self._loaded_file.errors.items()]
+        self.notes = [text for _, text in sorted(notes)]
+        if self._loaded_file.failure:
+            self._load_failure = f"your file could not be run: {self._loaded_file.failure}"
 
     # -- the checks' side --------------------------------------------------------
 
@@ -169,12 +158,12 @@ class RemoteSubmission:
             raise CheckFailure(self._load_failure, "unreadable")
         if function in self.submission.broken:
             raise CheckFailure(str(self.submission.broken[function]), "error")
-        kind = self._names.get(function)
+        kind = self._loaded_file.names.get(function)
         if kind is None:
             line = self._signatures.get(function, (None, []))[0]
-            if line in self._import_errors:
+            if line in self._loaded_file.errors:
                 raise CheckFailure(f"{function} is not defined: defining it at line {line} raised "
-                                   f"{self._import_errors[line]}", "missing")
+                                   f"{self._loaded_file.errors[line]}", "missing")
             raise CheckFailure(f"your file defines no function {function}", "missing")
         if kind != "function":
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
@@ -187,7 +176,7 @@ class RemoteSubmission:
 
     def _worker_for(self, exercise: str) -> Worker:
         if self._worker is None:
-            self._worker = Worker(self.submission, self.limits, self._skip)
+            self._worker = Worker(self.submission, self.limits, frozenset(self._loaded_file.skipped))
             self._worker_exercise = exercise
         return self._worker
 
@@ -235,14 +224,6 @@ def _signatures(submission: Submission) -> dict[str, tuple[int, list[str]]]:
 
 def _is_array(value: object) -> bool:
     return isinstance(value, (torch.Tensor, np.ndarray))
-
-
-def _import_error_note(error: object) -> str:
-    if not isinstance(error, dict):
-        return "a top-level statement failed"
-    line = error.get("statement") or error.get("line")
-    kind, message = error.get("type", "Exception"), error.get("message", "")
-    return f"line {line}: {kind} at import ({message}); grading went on without it"
 
 
 def _error_failure(text: str, error: object) -> CheckFailure:

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -38,14 +38,13 @@ class Limits:
     Attributes:
         check_seconds: wall time for one check (and for loading the file).
         exercise_seconds: wall time for all the checks of one exercise.
-        memory_bytes: address space a worker may add to what it inherits.
-        output_bytes: printed text kept per worker; the rest is dropped.
+        memory_bytes: address space a worker may add to what it inherits
+            (0: no limit).
     """
 
     check_seconds: float = 10.0
     exercise_seconds: float = 40.0
     memory_bytes: int = 2 * 2**30
-    output_bytes: int = 64 * 2**10
 
 
 class WorkerDied(Exception):
@@ -58,30 +57,6 @@ class WorkerDied(Exception):
 
 
 # -- the child ----------------------------------------------------------------
-
-
-class _CappedText:
-    """A ``sys.stdout`` that keeps the first ``limit`` characters and counts
-    the rest, so a print flood costs neither memory nor time."""
-
-    def __init__(self, limit: int):
-        self.limit, self.kept, self.dropped = limit, [], 0
-        self.size = 0
-
-    def write(self, text: str) -> int:
-        text = str(text)
-        room = self.limit - self.size
-        if room > 0:
-            self.kept.append(text[:room])
-            self.size += min(len(text), room)
-        self.dropped += max(len(text) - max(room, 0), 0)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 class _ForbiddenCalls(TorchFunctionMode):
@@ -138,18 +113,21 @@ def _isolate(submission: Submission, limits: Limits) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     faulthandler.disable()  # a crash is reported by the grader, not dumped on its terminal
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if limits.memory_bytes:
+    inherited = _address_space_bytes()
+    if limits.memory_bytes and inherited:
         # The fork inherits torch's address space; allow that plus the budget.
         # (Not with CUDA: it reserves far more address space than it uses.)
-        inherited = _address_space_bytes()
         cap = inherited + limits.memory_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        with contextlib.suppress(ValueError, OSError):  # not every system enforces it
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     torch.set_num_threads(1)  # small tensors; and workers may run side by side
     _full_precision_float32()
+    # Printed output, from Python or C, goes nowhere: a print flood costs
+    # the time of writing to /dev/null and no memory.
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # C-level prints go nowhere; Python-level ones are capped
+    for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    sys.stdout = sys.stderr = _CappedText(limits.output_bytes)
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     folder = str(submission.path.parent.resolve())
     sys.path.insert(0, folder)  # a chapter may import an earlier chapter's file
     with contextlib.suppress(OSError):
@@ -157,7 +135,8 @@ def _isolate(submission: Submission, limits: Limits) -> None:
 
 
 def _address_space_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
+    """This process's virtual memory size; 0 where /proc does not tell (macOS)."""
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
         for line in status:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
@@ -180,7 +159,7 @@ def _run_statements(
     for name, problem in submission.broken.items():
         # Whoever calls a function that did not compile learns why.
         module.__dict__[name] = _unparsable(name, problem.line)
-    errors = []
+    errors = {}
     for line, code, _ in submission.statements:
         if line in skip:
             continue
@@ -189,7 +168,8 @@ def _run_statements(
         try:
             exec(code, module.__dict__)
         except BaseException as error:  # SystemExit and KeyboardInterrupt included
-            errors.append(_describe_error(error, module.__file__) | {"statement": line})
+            described = _describe_error(error, module.__file__)
+            errors[str(line)] = f"{described['type']}: {described['message']}"
     if report:
         names = {
             name: ("function" if callable(value) else wire._type_name(value))
@@ -443,18 +423,36 @@ class Worker:
     close = kill
 
 
-def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> dict:
+@dataclass
+class LoadResult:
+    """What running a file's top-level statements found.
+
+    Attributes:
+        names: what the file defines: ``{name: "function" or a type name}``.
+        errors: ``{first line of a statement: "NameError: ..."}`` for each
+            statement that raised; the others ran.
+        skipped: ``{first line: why}`` for statements that hung or killed
+            the worker; workers do not run them.
+        failure: set when the file could not be run at all.
+    """
+
+    names: dict[str, str] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    skipped: dict[int, str] = field(default_factory=dict)
+    failure: str | None = None
+
+
+def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> LoadResult:
     """Run a file's top-level statements once and report what it defines.
 
-    Returns ``{"names": {name: kind}, "errors": [...], "skip": frozenset,
-    "faults": [...]}``. A statement that hangs or kills the worker is a
-    *fault*: it is skipped and the file is run again, up to ``max_faults``
-    times, so that one bad line at module level does not sink the file.
+    A statement that hangs or kills the worker is skipped and the file run
+    again, up to ``max_faults`` times, so that one bad line at module level
+    does not sink the whole file. What the worker reports is checked here:
+    it comes from a process running student code.
     """
-    skip: set[int] = set()
-    faults = []
+    skipped: dict[int, str] = {}
     while True:
-        worker = Worker(submission, limits, frozenset(skip), report=True)
+        worker = Worker(submission, limits, frozenset(skipped), report=True)
         deadline = time.monotonic() + limits.check_seconds
         line = None
         try:
@@ -463,16 +461,21 @@ def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> dict:
                 if message.get("event") == "statement":
                     line = message.get("line")
                 elif message.get("event") == "loaded":
-                    return {
-                        "names": message.get("names", {}),
-                        "errors": message.get("errors", []),
-                        "skip": frozenset(skip),
-                        "faults": faults,
-                    }
+                    errors = _text_dict(message.get("errors"))
+                    return LoadResult(_text_dict(message.get("names")),
+                                      {int(k): v for k, v in errors.items() if k.isdigit()}, skipped)
         except WorkerDied as death:
-            faults.append({"line": line, "reason": death.reason, "kind": death.kind})
-            if line is None or line in skip or len(faults) >= max_faults:
-                return {"names": {}, "errors": [], "skip": frozenset(skip), "faults": faults}
-            skip.add(line)
+            reason = (f"did not finish within {limits.check_seconds:g} s"
+                      if death.kind == "timeout" else death.reason)
+            if type(line) is not int or line in skipped or len(skipped) >= max_faults:
+                return LoadResult(skipped=skipped, failure=f"running the file {reason}")
+            skipped[line] = reason
         finally:
             worker.kill()
+
+
+def _text_dict(value: object) -> dict[str, str]:
+    """The str-valued entries of what should be a dict of str."""
+    if not isinstance(value, dict):
+        return {}
+    return {key: text for key, text in value.items() if isinstance(text, str)}
