@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, chapter_for_file, find_chapter
@@ -38,7 +39,7 @@ class Device(str, enum.Enum):
 
 
 def usage_error(message: str) -> NoReturn:
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
 
 
@@ -49,10 +50,13 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
     in ``directory``, or a path to a file. No target means every chapter
     whose file is in ``directory``.
     """
-    if not directory.is_dir():
-        usage_error(f"no such directory: {directory}")
+    def folder() -> Path:
+        if not directory.is_dir():
+            usage_error(f"no such directory: {directory}")
+        return directory
+
     if not targets:
-        found = [(c, directory / f"{c.module}.py") for c in CHAPTERS]
+        found = [(c, folder() / f"{c.module}.py") for c in CHAPTERS]
         found = [(c, path) for c, path in found if path.is_file()]
         if not found:
             usage_error(f"no exercise files in {directory} (expected names like {CHAPTERS[0].module}.py)")
@@ -69,7 +73,7 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
                 chapter, path = chapter_for_file(as_path), as_path
             else:
                 chapter = find_chapter(target)
-                path = directory / f"{chapter.module}.py"
+                path = folder() / f"{chapter.module}.py"
                 if not path.is_file():
                     usage_error(f"no file {path} for {chapter.id}")
         except UnknownChapter as error:
@@ -133,7 +137,7 @@ def grade(
     try:
         report = run_grade(chosen, where, limits, seed)
     except GraderError as error:
-        stderr.print(f"[bold red]grader error:[/] {error}", highlight=False)
+        stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(3) from None
     if as_json:
         print_json(report)
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         # typer's (or click's) usage errors: a bad option value, an unknown command.
         if not (hasattr(error, "format_message") and hasattr(error, "exit_code")):
             raise
-        stderr.print(f"[bold red]error:[/] {error.format_message()} (see mha-course --help)",
+        stderr.print(f"[bold red]error:[/] {escape(error.format_message())} (see mha-course --help)",
                      highlight=False, soft_wrap=True)
         sys.exit(error.exit_code or USAGE_ERROR)
     sys.exit(code or 0)

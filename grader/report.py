@@ -46,8 +46,9 @@ def print_table(report: GradeReport, console: Console, verbose: bool = False) ->
         for result in report.exercises:
             if result.chapter is chapter:
                 label, style = STATUS_STYLE[result.status]
+                # Text, not markup: a reason may quote the student's own "[...]".
                 table.add_row(result.exercise.name, Text(label, style=style),
-                              f"{result.score} / {result.exercise.points}", result.reason)
+                              f"{result.score} / {result.exercise.points}", Text(result.reason))
         console.print(table)
     _print_failures(report, console, verbose)
     style = "bold green" if report.passed else "bold"

@@ -54,6 +54,7 @@ def test_untouched_stubs_get_nothing_and_say_so(stubs_run):
     (["grade", "--device", "gpu"], "Invalid value for '--device'"),
     (["grade", "--timeout", "soon"], "Invalid value for '--timeout'"),
     (["regrade"], "No such command 'regrade'"),
+    (["grade", "[/]"], "unknown chapter '[/]'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(args, message):
     done = mha_course(*args)

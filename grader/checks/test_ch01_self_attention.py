@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.checks import exercise
-from grader.compare import expect_close, expect_true, fail, unpack
+from grader.compare import expect_close, expect_like, expect_true, fail, unpack
 
 # (id, q shape, k shape, v shape): no batch dimension, one, two and three of
 # them, L != S, d_v != d_k, a single query, and head width 1.
@@ -104,7 +104,7 @@ def test_softmax_gives_probabilities(submission, inputs):
     x = inputs.randn(5, 8) * 4
     for dim in (0, 1):
         got, call = _call(submission, "softmax", x, dim=dim)
-        expect_close(got, torch.softmax(x, dim=dim), call)  # shape and dtype first
+        expect_like(got, x, call)  # a tensor of x's shape and dtype, then the properties
         expect_true(bool((got >= 0).all() and (got <= 1).all()),
                     f"{call} has entries outside [0, 1]")
         sums = got.sum(dim=dim)
@@ -222,7 +222,7 @@ def test_attention_weights_are_probabilities(submission, inputs):
     mask = inputs.mask(3, 6, 9, keep=0.5)
     got, call = _call(submission, "scaled_dot_product_attention", q, k, v, mask=mask)
     _, weights = unpack(got, ("output", "weights"), call)
-    expect_close(weights, _attention_oracle(q, k, v, mask)[1], f"weights of {call}", reference="PyTorch")
+    expect_like(weights, torch.empty(3, 6, 9), f"weights of {call}")
     sums = weights.sum(dim=-1)
     expect_true(bool((weights >= 0).all()), f"weights of {call} have negative entries")
     expect_true(torch.allclose(sums, torch.ones_like(sums), atol=1e-5),
@@ -247,7 +247,9 @@ def test_attention_fully_masked_query_gives_zeros(submission, bugs, inputs):
 @exercise("scaled_dot_product_attention")
 def test_attention_survives_huge_scores(submission, bugs, inputs):
     """stays finite when scores reach ±1e4"""
-    q, k, v = _qkv(inputs, (2, 4, 8), (2, 6, 8), (2, 6, 3))
+    # float64: at this size float32 scores carry errors of 1e-3, enough for two
+    # correct answers to differ; exp still overflows in float64 (past 709).
+    q, k, v = _qkv(inputs, (2, 4, 8), (2, 6, 8), (2, 6, 3), dtype=torch.float64)
     q, k = q * 40, k * 40
     got, call = _call(submission, "scaled_dot_product_attention", q, k, v)
     _expect_attention(got, _attention_oracle(q, k, v), f"{call} with scores up to ±1e4",
