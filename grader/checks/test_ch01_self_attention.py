@@ -3,7 +3,7 @@
 Every exercise is checked four ways: against the reference solution on
 several shapes, against PyTorch's own functions (an independent oracle),
 against properties any correct answer has, and, on a mismatch, against known
-wrong implementations whose hint then ends the message.
+wrong implementations, whose hint then goes with the failure.
 """
 
 import numpy as np
