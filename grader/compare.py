@@ -115,23 +115,28 @@ def expect_like(got: object, expected: torch.Tensor | np.ndarray, what: str) -> 
     """Same kind of array, shape and dtype as ``expected``."""
     if got is None:
         fail(f"{what} returned None: is a return statement missing?")
-    if isinstance(expected, np.ndarray):
-        if not isinstance(got, np.ndarray):
-            fail(f"{what} returned {_kind(got)}, expected a NumPy array")
-        dtype_text = lambda array: str(array.dtype)  # noqa: E731
-    else:
-        if not isinstance(got, torch.Tensor):
-            fail(f"{what} returned {_kind(got)}, expected a torch.Tensor")
-        dtype_text = lambda tensor: str(tensor.dtype)  # noqa: E731
+    if isinstance(expected, np.ndarray) and not isinstance(got, np.ndarray):
+        fail(f"{what} returned {_kind(got)}, expected a NumPy array")
+    if isinstance(expected, torch.Tensor) and not isinstance(got, torch.Tensor):
+        fail(f"{what} returned {_kind(got)}, expected a torch.Tensor")
     if tuple(got.shape) != tuple(expected.shape):
         fail(f"{what} has shape {shape_text(got.shape)}, expected {shape_text(expected.shape)}")
     if got.dtype != expected.dtype:
-        fail(f"{what} has dtype {dtype_text(got)}, expected {dtype_text(expected)}")
+        fail(f"{what} has dtype {got.dtype}, expected {expected.dtype}")
+
+
+def _tolerance(dtype: torch.dtype, rtol: float | None = None,
+               atol: float | None = None) -> tuple[float, float]:
+    """``(rtol, atol)``: the dtype's, unless given; exact for integers and bools."""
+    default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    return (default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
 
 
 def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,
                equal_nan: bool = False) -> torch.Tensor:
     """Elementwise: is ``got`` within tolerance of ``expected``?"""
+    if not expected.is_floating_point():
+        return got == expected  # integers and masks: exactly equal
     both_inf = torch.isinf(got) & torch.isinf(expected) & (torch.sign(got) == torch.sign(expected))
     close = (got - expected).abs() <= atol + rtol * expected.abs()
     close = close | both_inf
@@ -140,21 +145,17 @@ def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: flo
     return close
 
 
-def matches(got: object, expected: object, rtol: float | None = None,
-            atol: float | None = None) -> bool:
+def matches(got: object, expected: object) -> bool:
     """Whether ``got`` equals ``expected`` within tolerance, NaN equal to NaN."""
     if isinstance(expected, (tuple, list)):
         return (isinstance(got, (tuple, list)) and len(got) == len(expected)
-                and all(matches(g, e, rtol, atol) for g, e in zip(got, expected)))
+                and all(matches(g, e) for g, e in zip(got, expected)))
     if not isinstance(expected, (torch.Tensor, np.ndarray)) or type(got) is not type(expected):
         return False
     if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
         return False
     got_t, expected_t = _as_tensor(got).cpu(), _as_tensor(expected).cpu()
-    default_rtol, default_atol = TOLERANCES.get(expected_t.dtype, (0.0, 0.0))
-    close = close_mask(got_t, expected_t, default_rtol if rtol is None else rtol,
-                       default_atol if atol is None else atol, equal_nan=True)
-    return bool(close.all())
+    return bool(close_mask(got_t, expected_t, *_tolerance(expected_t.dtype), equal_nan=True).all())
 
 
 def expect_close(
@@ -182,10 +183,7 @@ def expect_close(
     """
     expect_like(got, expected, what)
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
-    default_rtol, default_atol = TOLERANCES.get(expected_t.dtype, (0.0, 0.0))
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-    close = close_mask(got_t, expected_t, rtol, atol)
+    close = close_mask(got_t, expected_t, *_tolerance(expected_t.dtype, rtol, atol))
     if bool(close.all()):
         return
     message = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)

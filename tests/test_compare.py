@@ -60,3 +60,12 @@ def test_tuples_are_unpacked_or_explained():
     assert unpack((1, 2), ("output", "weights"), "f(x)") == (1, 2)
     with pytest.raises(CheckFailure, match=r"expected a tuple \(output, weights\)"):
         unpack(torch.ones(2), ("output", "weights"), "f(x)")
+
+
+def test_masks_and_integers_must_be_exactly_equal():
+    expected = torch.tensor([[True, False], [True, True]])
+    expect_close(expected.clone(), expected, "mask")
+    got = expected.clone()
+    got[1, 0] = False
+    assert "at [1, 0]" in message_of(got, expected).message
+    assert "at [2]" in message_of(torch.tensor([1, 2, 4]), torch.tensor([1, 2, 3])).message
