@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -22,6 +23,16 @@ from grader.compare import CheckFailure, brief
 from grader.loading import Submission, SubmissionError
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
 from grader.wire import WireError, decode, devices, encode
+
+
+class Signature(NamedTuple):
+    """Where a top-level function of the file is defined, and its parameters."""
+
+    line: int
+    parameters: list[str]
+
+
+_UNKNOWN = Signature(0, [])
 
 
 @dataclass
@@ -51,7 +62,7 @@ class RemoteSubmission:
         self.notes: list[str] = []
         self._loaded_file = LoadResult()
         self._load_failure: str | None = None
-        self._signatures: dict[str, tuple[int, list[str]]] = {}
+        self._signatures: dict[str, Signature] = {}
         self._exercises: dict[str, _ExerciseState] = {}
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
@@ -140,7 +151,7 @@ class RemoteSubmission:
 
     def call_text(self, function: str, args: tuple, kwargs: dict) -> str:
         """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input values."""
-        names = self._signatures.get(function, (None, []))[1]
+        names = self._signatures.get(function, _UNKNOWN).parameters
         parts = []
         for index, value in enumerate(args):
             label = names[index] + " " if index < len(names) else ""
@@ -160,7 +171,7 @@ class RemoteSubmission:
             raise CheckFailure(str(self.submission.broken[function]), "error")
         kind = self._loaded_file.names.get(function)
         if kind is None:
-            line = self._signatures.get(function, (None, []))[0]
+            line = self._signatures.get(function, _UNKNOWN).line
             if line in self._loaded_file.errors:
                 raise CheckFailure(f"{function} is not defined: defining it at line {line} raised "
                                    f"{self._loaded_file.errors[line]}", "missing")
@@ -197,7 +208,7 @@ class RemoteSubmission:
             after_kwargs = answer.get("kwargs")
             if not isinstance(after_kwargs, dict):
                 raise WireError("malformed answer")
-            _expect_unchanged(text, list(args), after, self._signatures.get(function, (None, []))[1])
+            _expect_unchanged(text, list(args), after, self._signatures.get(function, _UNKNOWN).parameters)
             for key, sent in kwargs.items():
                 if key in after_kwargs:
                     _expect_unchanged(text, [sent], [decode(after_kwargs[key])], [key])
@@ -212,13 +223,13 @@ class RemoteSubmission:
             raise CheckFailure(f"{text}: the worker sent back {error}", "protocol") from None
 
 
-def _signatures(submission: Submission) -> dict[str, tuple[int, list[str]]]:
-    """``{name: (line of its def, parameter names)}`` for the file's top-level
-    functions, read from the statements' syntax trees, not by running them."""
+def _signatures(submission: Submission) -> dict[str, Signature]:
+    """The file's top-level functions, read from the statements' syntax
+    trees, not by running them."""
     found = {}
     for line, _, node in submission.statements:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = (line, [a.arg for a in node.args.posonlyargs + node.args.args])
+            found[node.name] = Signature(line, [a.arg for a in node.args.posonlyargs + node.args.args])
     return found
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 MAX_FRAME = 64 * 2**20  # bytes; a worker that sends more is stopped
-MAX_ITEMS = 256  # items of one list or tuple that are sent
+MAX_ITEMS = 256  # a longer list or tuple is not sent, only its type and length
 MAX_DEPTH = 6
 MAX_TEXT = 500  # characters of a string or repr that are sent
 HEADER = struct.Struct(">QQ")  # sizes of a frame's JSON part and of its tensor bytes
@@ -152,8 +152,10 @@ def encode(value: object, depth: int = 0) -> dict:
     if type(value) is str:
         return {"kind": "python", "value": value[:MAX_TEXT]}
     if type(value) in (tuple, list):
-        items = [encode(item, depth + 1) for item in value[:MAX_ITEMS]]
-        return {"kind": type(value).__name__, "items": items, "length": len(value)}
+        if len(value) > MAX_ITEMS:
+            return {"kind": "foreign", "type": f"{type(value).__name__} of {len(value)} items",
+                    "text": ""}
+        return {"kind": type(value).__name__, "items": [encode(item, depth + 1) for item in value]}
     try:
         text = repr(value)[:MAX_TEXT]
     except BaseException:  # a broken __repr__ is the student's, not ours

@@ -56,6 +56,7 @@ def test_a_tensor_subclass_arrives_as_a_plain_tensor():
     (np.array(["a"]), "numpy.ndarray of dtype <U1"),
     (torch.zeros(2, dtype=torch.uint16), "tensor of dtype torch.uint16"),
     ({"a": 1}, "dict"),
+    (list(range(1000)), "list of 1000 items"),
 ])
 def test_what_is_not_plain_data_arrives_as_a_placeholder(value, type_name):
     received = roundtrip(value)
