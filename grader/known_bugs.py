@@ -17,90 +17,26 @@ from __future__ import annotations
 import ast
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import torch
 
+from grader.bugs import KnownBug, known_bugs_catalog
 from grader.catalog import COURSE_ROOT, Chapter
+from grader.module_calls import ModuleCall, run_module_call
 
-
-@dataclass(frozen=True)
-class KnownBug:
-    """Replace ``old`` by ``new`` inside the function ``exercise``."""
-
-    exercise: str
-    name: str
-    hint: str
-    old: str
-    new: str
-
-
-_UNSCALED = "looks like the scores are not multiplied by 1/sqrt(d_k)"
-_OVER_QUERIES = ("looks like the softmax runs over the queries (dim=-2); each query's "
-                 "weights must sum to 1 over the keys (dim=-1)")
-_NO_MAX = "looks like the maximum is not subtracted before exp (exp overflows, then NaN)"
-
-KNOWN_BUGS: dict[str, tuple[KnownBug, ...]] = {
-    "ch01": (
-        KnownBug("softmax", "no-max-shift", _NO_MAX,
-                 "exps = torch.exp(x - shift)", "exps = torch.exp(x)"),
-        KnownBug("softmax", "sum-of-everything",
-                 "looks like you divide by the sum of all entries instead of the sum along dim",
-                 "exps.sum(dim=dim, keepdim=True)", "exps.sum()"),
-        KnownBug("scaled_dot_product_attention", "no-scale", _UNSCALED,
-                 "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
-        KnownBug("scaled_dot_product_attention", "scale-by-d",
-                 "looks like the scores are divided by d_k instead of sqrt(d_k)",
-                 "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0 / q.shape[-1]"),
-        KnownBug("scaled_dot_product_attention", "softmax-over-queries", _OVER_QUERIES,
-                 "softmax(scores.masked_fill(no_keys, 0.0), dim=-1)",
-                 "softmax(scores.masked_fill(no_keys, 0.0), dim=-2)"),
-        KnownBug("scaled_dot_product_attention", "mask-inverted",
-                 "looks like the mask is inverted: in this course True means the query "
-                 "may attend to the key (nn.MultiheadAttention uses the opposite)",
-                 "scores.masked_fill(~mask,", "scores.masked_fill(mask,"),
-        KnownBug("scaled_dot_product_attention", "weights-transposed",
-                 "looks like the weights are transposed: they have one row per query, "
-                 "shape (..., L, S)",
-                 "return weights @ v, weights", "return weights @ v, weights.transpose(-2, -1)"),
-        KnownBug("scaled_dot_product_attention", "finite-mask-fill",
-                 "looks like masked scores are set to a finite number such as -1e9: a query "
-                 "whose keys are all masked then averages every value instead of giving zeros",
-                 'scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, -1e9)"),
-        KnownBug("scaled_dot_product_attention", "nan-for-empty-rows",
-                 "looks like a query whose keys are all masked gets NaN; the course's rule "
-                 "is zero weights and zero output for such a query",
-                 "weights = softmax(scores.masked_fill(no_keys, 0.0), dim=-1)  # (..., L, S)\n"
-                 "    weights = weights.masked_fill(no_keys, 0.0)",
-                 "weights = softmax(scores, dim=-1)  # (..., L, S)"),
-        KnownBug("self_attention", "x-times-w",
-                 "looks like the projections compute x @ W instead of x @ W.T (weights are "
-                 "stored (d_out, d_in), as nn.Linear stores them)",
-                 "q = x @ w_q.T", "q = x @ w_q"),
-        KnownBug("self_attention", "query-weights-for-keys",
-                 "looks like the keys are projected with w_q instead of w_k",
-                 "k = x @ w_k.T", "k = x @ w_q.T"),
-        KnownBug("softmax_numpy", "no-max-shift", _NO_MAX,
-                 "exps = np.exp(x - shift)", "exps = np.exp(x)"),
-        KnownBug("scaled_dot_product_attention_numpy", "no-scale", _UNSCALED,
-                 "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
-        KnownBug("scaled_dot_product_attention_numpy", "softmax-over-queries", _OVER_QUERIES,
-                 "softmax_numpy(np.where(no_keys, 0, scores), axis=-1)",
-                 "softmax_numpy(np.where(no_keys, 0, scores), axis=-2)"),
-    ),
-}
+KNOWN_BUGS = known_bugs_catalog()
 
 
 def function_span(source: str, name: str) -> tuple[int, int]:
-    """Character offsets ``[start, end)`` of a top-level function's text."""
+    """Character offsets ``[start, end)`` of a top-level function's or class's text."""
     tree = ast.parse(source)
     starts = [0]
     for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             return starts[node.lineno - 1], starts[node.end_lineno]
     raise KeyError(f"no function {name!r}")
 
@@ -136,10 +72,11 @@ class Lookalikes:
     """
 
     def __init__(self, chapter: Chapter, function: str, args: tuple, kwargs: dict,
-                 exercise: str | None = None):
+                 exercise: str | None = None, module: ModuleCall | None = None):
         self.chapter, self.function = chapter, function
         self.args, self.kwargs = args, kwargs
         self.exercise = exercise or function
+        self.module = module
 
     def __call__(self) -> Iterator[tuple[str, object]]:
         return self._outputs(None)
@@ -151,8 +88,12 @@ class Lookalikes:
         # The exercise's own bugs first: they are the likelier explanation.
         ordered = sorted(buggy_modules(self.chapter), key=lambda pair: pair[0].exercise != self.exercise)
         for bug, module in ordered:
+            args, kwargs = _cloned(self.args), _cloned(self.kwargs)
             try:
-                output = getattr(module, self.function)(*_cloned(self.args), **_cloned(self.kwargs))
+                if self.module is None:
+                    output = getattr(module, self.function)(*args, **kwargs)
+                else:
+                    output = run_module_call(module, self.function, self.module, args, kwargs)
                 yield bug.hint, output if index is None else output[index]
             except Exception:  # a bug that cannot run on these inputs explains nothing
                 continue
@@ -169,10 +110,14 @@ def _cloned(values):
 
 
 class KnownBugs:
-    """The ``bugs`` fixture: ``bugs.softmax(x, dim=0)`` gives its Lookalikes."""
+    """The ``bugs`` fixture: ``bugs.softmax(x, dim=0)`` gives its Lookalikes,
+    and ``bugs.module("MultiHeadAttention", recipe, x)`` those of a class."""
 
     def __init__(self, chapter: Chapter):
         self.chapter = chapter
+
+    def module(self, name: str, recipe: ModuleCall, *args, **kwargs) -> Lookalikes:
+        return Lookalikes(self.chapter, name, args, kwargs, module=recipe)
 
     def __getattr__(self, function: str):
         if function.startswith("_"):

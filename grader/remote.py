@@ -21,6 +21,7 @@ import torch
 from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief
 from grader.loading import Submission, SubmissionError
+from grader.module_calls import ModuleCall
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
 from grader.wire import WireError, decode, devices, encode
 
@@ -109,16 +110,20 @@ class RemoteSubmission:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, args, kwargs)
 
-    def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None):
+    def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None,
+             module: ModuleCall | None = None):
         """Run ``function(*args, **kwargs)`` in the exercise's worker.
 
         With ``grad`` (``{"wrt": [arg indices], "output": index or None,
         "grad_output": tensor}``) the worker also backpropagates and this
         returns ``(value, [gradient per arg in wrt])``.
+
+        With ``module``, ``function`` names an ``nn.Module`` class: the worker
+        builds it as the recipe says and calls it with ``args`` and ``kwargs``.
         """
         self.load()
-        text = self.call_text(function, args, kwargs)
-        self._refuse_unrunnable(function)
+        text = self.call_text(function, args, kwargs, module)
+        self._refuse_unrunnable(function, module is not None)
         exercise = self._exercise or function
         state = self._exercises.setdefault(exercise, _ExerciseState())
         if state.failure is not None:
@@ -138,6 +143,7 @@ class RemoteSubmission:
             "forbidden": self._forbidden(exercise),
             "device": self.device,
             "grad": grad,
+            "module": module.encode() if module is not None else None,
         }
         try:
             answer = self._worker_for(exercise).request(request, deadline)
@@ -147,11 +153,17 @@ class RemoteSubmission:
             raise state.failure from None
         finally:
             state.spent += time.monotonic() - started
-        return self._read_answer(answer, function, text, args, kwargs, grad)
+        return self._read_answer(answer, function, text, args, kwargs, grad, module)
 
-    def call_text(self, function: str, args: tuple, kwargs: dict) -> str:
-        """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input values."""
-        names = self._signatures.get(function, _UNKNOWN).parameters
+    def call_text(self, function: str, args: tuple, kwargs: dict,
+                  module: ModuleCall | None = None) -> str:
+        """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input
+        values; a module's call reads ``MultiHeadAttention(8, 2)(x (2, 5, 8))``."""
+        if module is not None:
+            names = self._signatures.get(f"{function}.forward", _UNKNOWN).parameters
+            function = module.text(function)
+        else:
+            names = self._signatures.get(function, _UNKNOWN).parameters
         parts = []
         for index, value in enumerate(args):
             label = names[index] + " " if index < len(names) else ""
@@ -164,7 +176,7 @@ class RemoteSubmission:
 
     # -- internals ---------------------------------------------------------------
 
-    def _refuse_unrunnable(self, function: str) -> None:
+    def _refuse_unrunnable(self, function: str, is_class: bool = False) -> None:
         if self._load_failure:
             raise CheckFailure(self._load_failure, "unreadable")
         if function in self.submission.broken:
@@ -175,8 +187,11 @@ class RemoteSubmission:
             if line in self._loaded_file.errors:
                 raise CheckFailure(f"{function} is not defined: defining it at line {line} raised "
                                    f"{self._loaded_file.errors[line]}", "missing")
-            raise CheckFailure(f"your file defines no function {function}", "missing")
-        if kind != "function":
+            raise CheckFailure(f"your file defines no {'class' if is_class else 'function'} "
+                               f"{function}", "missing")
+        if is_class and kind != "class":
+            raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", "missing")
+        if not is_class and kind not in ("function", "class"):
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
 
     def _forbidden(self, exercise: str) -> tuple[str, ...]:
@@ -198,7 +213,7 @@ class RemoteSubmission:
         self._worker_exercise = None
 
     def _read_answer(self, answer: dict, function: str, text: str, args: tuple, kwargs: dict,
-                     grad: dict | None):
+                     grad: dict | None, module: ModuleCall | None):
         try:
             if not answer.get("ok"):
                 raise _error_failure(text, answer.get("error"))
@@ -208,7 +223,8 @@ class RemoteSubmission:
             after_kwargs = answer.get("kwargs")
             if not isinstance(after_kwargs, dict):
                 raise WireError("malformed answer")
-            _expect_unchanged(text, list(args), after, self._signatures.get(function, _UNKNOWN).parameters)
+            signature = f"{function}.forward" if module is not None else function
+            _expect_unchanged(text, list(args), after, self._signatures.get(signature, _UNKNOWN).parameters)
             for key, sent in kwargs.items():
                 if key in after_kwargs:
                     _expect_unchanged(text, [sent], [decode(after_kwargs[key])], [key])
@@ -229,8 +245,16 @@ def _signatures(submission: Submission) -> dict[str, Signature]:
     found = {}
     for line, _, node in submission.statements:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = Signature(line, [a.arg for a in node.args.posonlyargs + node.args.args])
+            found[node.name] = Signature(line, _parameters(node))
+        elif isinstance(node, ast.ClassDef):  # its methods, without self: "Class.forward"
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef):
+                    found[f"{node.name}.{method.name}"] = Signature(method.lineno, _parameters(method)[1:])
     return found
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    return [argument.arg for argument in node.args.posonlyargs + node.args.args]
 
 
 def _is_array(value: object) -> bool:

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from grader import wire
 from grader.loading import Submission
+from grader.module_calls import ModuleCall, run_module_call
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ def _run_statements(
             errors[str(line)] = f"{described['type']}: {described['message']}"
     if report:
         names = {
-            name: ("function" if callable(value) else wire._type_name(value))
+            name: ("class" if isinstance(value, type) else "function" if callable(value)
+                   else wire._type_name(value))
             for name, value in vars(module).items()
             if not name.startswith("__")
         }
@@ -222,12 +224,16 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         grad = request.get("grad")
         mode = _ForbiddenCalls(banned)
         try:
-            function = getattr(module, name)
+            recipe = request.get("module")
+            recipe = ModuleCall.decode(recipe) if recipe is not None else None
             if grad:
                 for index in grad["wrt"]:
                     args[index] = args[index].detach().requires_grad_(True)
             with mode:
-                result = function(*args, **kwargs)
+                if recipe is None:
+                    result = getattr(module, name)(*args, **kwargs)
+                else:
+                    result = run_module_call(module, name, recipe, args, kwargs, device)
             answer = {"ok": True, "value": wire.encode(result)}
             if grad:
                 answer["grads"] = _gradients(result, args, grad)
@@ -428,7 +434,8 @@ class LoadResult:
     """What running a file's top-level statements found.
 
     Attributes:
-        names: what the file defines: ``{name: "function" or a type name}``.
+        names: what the file defines: ``{name: "function", "class" or the
+            type name of another value}``.
         errors: ``{first line of a statement: "NameError: ..."}`` for each
             statement that raised; the others ran.
         skipped: ``{first line: why}`` for statements that hung or killed

@@ -156,6 +156,11 @@ def encode(value: object, depth: int = 0) -> dict:
             return {"kind": "foreign", "type": f"{type(value).__name__} of {len(value)} items",
                     "text": ""}
         return {"kind": type(value).__name__, "items": [encode(item, depth + 1) for item in value]}
+    if type(value) is dict and all(type(key) is str for key in value):
+        if len(value) > MAX_ITEMS:
+            return {"kind": "foreign", "type": f"dict of {len(value)} items", "text": ""}
+        return {"kind": "dict", "keys": [key[:MAX_TEXT] for key in value],
+                "items": [encode(item, depth + 1) for item in value.values()]}
     try:
         text = repr(value)[:MAX_TEXT]
     except BaseException:  # a broken __repr__ is the student's, not ours
@@ -197,6 +202,11 @@ def decode(node: object) -> object:
     if kind in ("tuple", "list"):
         items = [decode(item) for item in _field(node, "items", list)]
         return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        keys, items = _field(node, "keys", list), _field(node, "items", list)
+        if len(keys) != len(items) or not all(type(key) is str for key in keys):
+            raise WireError("malformed answer: a dict's keys")
+        return {key: decode(item) for key, item in zip(keys, items)}
     if kind == "meta":
         return Foreign("meta tensor", f"shape {tuple(_field(node, 'shape', list))}")
     if kind == "foreign":

@@ -29,6 +29,12 @@ def test_tensors_arrays_and_containers_survive():
     assert empty.shape == (0, 3) and nan.isnan()
 
 
+def test_a_dict_with_text_keys_survives():
+    state = {"qkv.weight": torch.ones(6, 2), "out.bias": torch.zeros(2), "note": "x"}
+    received = roundtrip(state)
+    assert list(received) == list(state) and torch.equal(received["qkv.weight"], state["qkv.weight"])
+
+
 @pytest.mark.parametrize("dtype", list(wire.DTYPES.values()), ids=str)
 def test_every_carried_dtype_survives(dtype):
     sent = (torch.arange(6) % 2).to(dtype).view(3, 2)
@@ -55,7 +61,8 @@ def test_a_tensor_subclass_arrives_as_a_plain_tensor():
     (np.array([1, 2], dtype=object), "numpy.ndarray of dtype object"),
     (np.array(["a"]), "numpy.ndarray of dtype <U1"),
     (torch.zeros(2, dtype=torch.uint16), "tensor of dtype torch.uint16"),
-    ({"a": 1}, "dict"),
+    ({1: "a"}, "dict"),
+    ({str(i): i for i in range(300)}, "dict of 300 items"),
     (list(range(1000)), "list of 1000 items"),
 ])
 def test_what_is_not_plain_data_arrives_as_a_placeholder(value, type_name):
@@ -98,6 +105,7 @@ def test_a_frame_that_is_not_json_is_refused():
     {"kind": "tensor", "data": "not a tensor", "device": "cpu"},
     {"kind": "python", "value": [1, 2]},
     {"kind": "mystery"},
+    {"kind": "dict", "keys": ["a", "b"], "items": [{"kind": "python", "value": 1}]},
     ["not", "a", "dict"],
 ])
 def test_malformed_descriptions_are_refused(node):

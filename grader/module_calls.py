@@ -1,0 +1,89 @@
+"""How a check calls an exercise that is an ``nn.Module`` class.
+
+A class cannot cross between processes, so a check describes the call
+instead: construct the class with these arguments, load this state, put it
+in train or eval mode, seed the generator, call ``forward``. The same
+recipe runs in the worker on the student's class and in the grader on the
+reference's and the known bugs' classes, so all three are judged alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from grader import wire
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """Build ``Class(*init_args, **init_kwargs)`` and call it.
+
+    Attributes:
+        init_args, init_kwargs: the constructor's arguments (plain values).
+        state: a ``state_dict`` to load (strictly) before the call, or None
+            to keep the module's own initial parameters.
+        train: call in training mode (dropout active) rather than eval mode.
+        seed: ``torch.manual_seed`` right before the call, for dropout.
+        return_state: answer ``(forward's result, state_dict)``, so a check
+            can see the module's parameter names and shapes.
+    """
+
+    init_args: tuple = ()
+    init_kwargs: dict = field(default_factory=dict)
+    state: dict[str, torch.Tensor] | None = None
+    train: bool = False
+    seed: int | None = None
+    return_state: bool = False
+
+    def encode(self) -> dict:
+        """The recipe as plain data, for a request to the worker."""
+        return {
+            "init_args": wire.encode(list(self.init_args)),
+            "init_kwargs": wire.encode(dict(self.init_kwargs)),
+            "state": wire.encode(self.state),
+            "train": bool(self.train),
+            "seed": self.seed,
+            "return_state": bool(self.return_state),
+        }
+
+    @classmethod
+    def decode(cls, node: dict) -> ModuleCall:
+        return cls(
+            init_args=tuple(wire.decode(node["init_args"])),
+            init_kwargs=wire.decode(node["init_kwargs"]),
+            state=wire.decode(node["state"]),
+            train=bool(node["train"]),
+            seed=node["seed"] if type(node["seed"]) is int else None,
+            return_state=bool(node["return_state"]),
+        )
+
+    def text(self, name: str) -> str:
+        """``MultiHeadAttention(d_model=8, num_heads=2)``, with ``.train()`` when training."""
+        parts = [repr(value) for value in self.init_args]
+        parts += [f"{key}={value!r}" for key, value in self.init_kwargs.items()]
+        return f"{name}({', '.join(parts)})" + (".train()" if self.train else "")
+
+
+def run_module_call(namespace: object, name: str, recipe: ModuleCall, args: list | tuple,
+                    kwargs: dict, device: str | torch.device = "cpu"):
+    """Follow ``recipe`` with the class ``name`` of ``namespace`` (a module).
+
+    Raises the errors a student's class raises, and ``TypeError`` when the
+    class does not make an ``nn.Module``.
+    """
+    cls = getattr(namespace, name)
+    module = cls(*recipe.init_args, **recipe.init_kwargs)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{recipe.text(name)} is a {type(module).__name__}, not a torch.nn.Module")
+    module = module.to(device)
+    if recipe.state is not None:
+        module.load_state_dict({key: value.to(device) for key, value in recipe.state.items()})
+    module.train(recipe.train)
+    if recipe.seed is not None:
+        torch.manual_seed(recipe.seed)
+    result = module(*args, **kwargs)
+    if recipe.return_state:
+        return result, {key: value.detach() for key, value in module.state_dict().items()}
+    return result
