@@ -85,6 +85,13 @@ ATTENTION_CALLS = (
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
 )
+# From chapter 2 on, students may call F.scaled_dot_product_attention and
+# torch.softmax (chapter 1 graded their own), but not the library's whole
+# multi-head attention, which chapters 3 to 5 ask them to write.
+MULTI_HEAD_CALLS = (
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch._native_multi_head_attention",
+)
 
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(
@@ -113,6 +120,93 @@ CHAPTERS: tuple[Chapter, ...] = (
                 "attention in NumPy",
                 2,
                 uses=("softmax_numpy",),
+            ),
+        ),
+    ),
+    Chapter(
+        number=2,
+        slug="cross_attention",
+        title="Cross-attention and padding masks",
+        exercises=(
+            Exercise("padding_mask", "padding mask from lengths", 1),
+            Exercise("convert_mask", "mask conventions: attend, block, additive", 2),
+            Exercise("combine_masks", "padding and attention masks for (B, H, L, S)", 2),
+            Exercise(
+                "cross_attention",
+                "single-head cross-attention with padded context",
+                3,
+                uses=("padding_mask",),
+            ),
+        ),
+    ),
+    Chapter(
+        number=3,
+        slug="multi_head_attention",
+        title="Multi-head attention",
+        exercises=(
+            Exercise("split_heads", "(..., T, D) to (..., H, T, d)", 1),
+            Exercise("merge_heads", "(..., H, T, d) to (..., T, D)", 1),
+            Exercise(
+                "multi_head_attention",
+                "functional multi-head attention",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("split_heads", "merge_heads"),
+            ),
+            Exercise(
+                "MultiHeadAttention",
+                "nn.Module with fused QKV, dropout, weights",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("split_heads", "merge_heads"),
+            ),
+            Exercise(
+                "torch_multihead_forward",
+                "nn.MultiheadAttention's forward from its weights",
+                2,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("split_heads", "merge_heads"),
+            ),
+            Exercise("parameter_count", "parameters of the module", 1),
+        ),
+    ),
+    Chapter(
+        number=4,
+        slug="causal_attention",
+        title="Causal attention and the KV cache",
+        exercises=(
+            Exercise("causal_mask", "bottom-right causal mask", 2),
+            Exercise(
+                "causal_self_attention",
+                "causal multi-head self-attention with padding",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("causal_mask",),
+            ),
+            Exercise(
+                "attend_with_cache",
+                "incremental decoding with a KV cache",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("causal_mask",),
+            ),
+        ),
+    ),
+    Chapter(
+        number=5,
+        slug="rope",
+        title="Rotary position embeddings (RoPE)",
+        exercises=(
+            Exercise("rope_angles", "angles: position times theta^(-2k/d)", 1),
+            Exercise("apply_rope", "RoPE on adjacent pairs", 3, uses=("rope_angles",)),
+            Exercise("apply_rope_half", "RoPE, rotate-half convention", 2, uses=("rope_angles",)),
+            Exercise("adjacent_to_half_permutation", "the permutation between the two", 1),
+            Exercise(
+                "rope_self_attention",
+                "causal multi-head self-attention with RoPE",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("apply_rope",),
             ),
         ),
     ),

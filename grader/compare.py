@@ -138,7 +138,9 @@ def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: flo
     if not expected.is_floating_point():
         return got == expected  # integers and masks: exactly equal
     both_inf = torch.isinf(got) & torch.isinf(expected) & (torch.sign(got) == torch.sign(expected))
-    close = (got - expected).abs() <= atol + rtol * expected.abs()
+    # Only finite expectations get a tolerance: rtol * inf would let any
+    # number pass for -inf (a mask filled with -1e9 instead of -inf).
+    close = torch.isfinite(expected) & ((got - expected).abs() <= atol + rtol * expected.abs())
     close = close | both_inf
     if equal_nan:
         close = close | (torch.isnan(got) & torch.isnan(expected))
@@ -181,7 +183,11 @@ def expect_close(
         rtol, atol: override the dtype's tolerance.
         reference: what ``expected`` came from, for the message.
     """
-    expect_like(got, expected, what)
+    try:
+        expect_like(got, expected, what)
+    except CheckFailure as failure:  # a wrong shape can be a known bug's shape
+        failure.hint = failure.hint or _first_matching_hint(got, bugs)
+        raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
     close = close_mask(got_t, expected_t, *_tolerance(expected_t.dtype, rtol, atol))
     if bool(close.all()):
@@ -203,6 +209,10 @@ def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
             first = int(torch.nonzero(unexpected.flatten())[0])
             return (f"{what} has {name}{_index_text(first, shape)} where {reference} has "
                     f"{float(expected.flatten()[first]):.4g} ({count})")
+    if expected.dtype == torch.bool:
+        first = int(torch.nonzero(~close.flatten())[0])
+        return (f"{what} is {bool(got.flatten()[first])}{_index_text(first, shape)} where "
+                f"{reference} has {bool(expected.flatten()[first])} ({count})")
     error = (got.double() - expected.double()).abs()
     error = torch.where(close, torch.zeros_like(error), torch.nan_to_num(error, nan=float("inf")))
     worst = int(error.flatten().argmax())

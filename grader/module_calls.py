@@ -79,6 +79,7 @@ def run_module_call(namespace: object, name: str, recipe: ModuleCall, args: list
         raise TypeError(f"{recipe.text(name)} is a {type(module).__name__}, not a torch.nn.Module")
     module = module.to(device)
     if recipe.state is not None:
+        _expect_parameters(module, recipe.state, recipe.text(name))
         module.load_state_dict({key: value.to(device) for key, value in recipe.state.items()})
     module.train(recipe.train)
     if recipe.seed is not None:
@@ -87,3 +88,18 @@ def run_module_call(namespace: object, name: str, recipe: ModuleCall, args: list
     if recipe.return_state:
         return result, {key: value.detach() for key, value in module.state_dict().items()}
     return result
+
+
+def _expect_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor], text: str) -> None:
+    """Say in one line which names or shapes keep ``state`` from loading."""
+    own = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+    missing = [key for key in state if key not in own]
+    if missing:
+        raise AttributeError(f"{text} has no parameter {', '.join(missing)} (it has "
+                             f"{', '.join(own) or 'none'}): the grader loads weights by these names")
+    extra = [key for key in own if key not in state]
+    if extra:
+        raise AttributeError(f"{text} has parameters the grader does not expect: {', '.join(extra)}")
+    for key, value in state.items():
+        if own[key] != tuple(value.shape):
+            raise ValueError(f"{text}: {key} has shape {own[key]}, expected {tuple(value.shape)}")

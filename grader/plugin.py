@@ -10,6 +10,7 @@ runs in workers, and outcomes are recorded in this process only.
 from __future__ import annotations
 
 import importlib.util
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 from grader.compare import CheckFailure
 from grader.inputs import Inputs
-from grader.known_bugs import KnownBugs
+from grader.known_bugs import KNOWN_BUGS, KnownBugs
 from grader.remote import RemoteSubmission
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
@@ -142,13 +143,23 @@ class GradingPlugin:
             result.outcome, result.message = "skipped", str(error)
         elif isinstance(error, CheckFailure):
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
-            result.hint = error.hint
+            result.hint = error.hint or _error_hint(result)
         else:
             result.outcome, result.kind = "failed", "grader-error"
             result.message = (f"the grader itself failed in this check "
                               f"({type(error).__name__}: {error}); please report it")
             result.details = "".join(traceback.format_exception(error))
         return result
+
+
+def _error_hint(result: CheckResult) -> str | None:
+    """The hint of a known bug that raises the error this check met."""
+    if result.kind != "error":
+        return None
+    for bug in KNOWN_BUGS.get(result.chapter, ()):
+        if bug.exercise == result.exercise and bug.error and re.search(bug.error, result.message):
+            return bug.hint
+    return None
 
 
 def _exercise_of(item: pytest.Item) -> str:

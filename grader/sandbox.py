@@ -183,7 +183,10 @@ def _run_statements(
 
 
 def _on(device: str, value: object) -> object:
-    """Inputs travel as CPU bytes; the student's function gets them on ``device``."""
+    """Inputs travel as CPU bytes; the student's function gets them on ``device``
+    (tensors inside a tuple or list too: a KV cache is a tuple)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_on(device, item) for item in value)
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 

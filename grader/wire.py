@@ -149,6 +149,8 @@ def encode(value: object, depth: int = 0) -> dict:
         return {"kind": "numpy_scalar", "value": value.item(), "dtype": str(value.dtype)}
     if value is None or type(value) in (bool, int, float):
         return {"kind": "python", "value": value}
+    if isinstance(value, torch.dtype):  # an argument such as dtype=torch.float16
+        return {"kind": "dtype", "value": str(value)}
     if type(value) is str:
         return {"kind": "python", "value": value[:MAX_TEXT]}
     if type(value) in (tuple, list):
@@ -207,6 +209,11 @@ def decode(node: object) -> object:
         if len(keys) != len(items) or not all(type(key) is str for key in keys):
             raise WireError("malformed answer: a dict's keys")
         return {key: decode(item) for key, item in zip(keys, items)}
+    if kind == "dtype":
+        dtype = DTYPES.get(node.get("value"))
+        if dtype is None:
+            raise WireError("malformed answer: unknown dtype")
+        return dtype
     if kind == "meta":
         return Foreign("meta tensor", f"shape {tuple(_field(node, 'shape', list))}")
     if kind == "foreign":

@@ -6,20 +6,29 @@ from pathlib import Path
 
 import pytest
 
-from grader.catalog import COURSE_ROOT, find_chapter
+from grader.catalog import COURSE_ROOT, Chapter, find_chapter
 from grader.grading import GradeReport, grade
 from grader.known_bugs import function_span
 from grader.sandbox import Limits
 
+
+def solution_source(chapter: Chapter) -> str:
+    return (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+
+
+def stub_source(chapter: Chapter) -> str:
+    return (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(encoding="utf-8")
+
+
 CH01 = find_chapter("ch01")
-SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
-STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
+SOLUTION = solution_source(CH01)
+STUB = stub_source(CH01)
 # Short limits keep the tests of hangs fast; correct code needs far less.
 FAST = Limits(check_seconds=2.0, exercise_seconds=6.0)
 
 
 def replace_function(source: str, name: str, new_definition: str) -> str:
-    """``source`` with the top-level function ``name`` replaced."""
+    """``source`` with the top-level function (or class) ``name`` replaced."""
     start, end = function_span(source, name)
     return source[:start] + new_definition.strip("\n") + "\n" + source[end:]
 
@@ -34,11 +43,13 @@ def result_of(report: GradeReport, name: str):
 
 @pytest.fixture
 def grade_source(tmp_path: Path):
-    """``grade_source(text)`` grades ``text`` as a chapter 1 submission."""
+    """``grade_source(text)`` grades ``text`` as a chapter 1 submission;
+    ``grade_source(text, chapter="ch03")`` as one for another chapter."""
 
-    def run(source: str, limits: Limits = FAST, seed: int = 1234) -> GradeReport:
-        path = tmp_path / f"{CH01.module}.py"
+    def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01") -> GradeReport:
+        target = find_chapter(chapter)
+        path = tmp_path / f"{target.module}.py"
         path.write_text(source, encoding="utf-8")
-        return grade([(CH01, path)], limits=limits, seed=seed)
+        return grade([(target, path)], limits=limits, seed=seed)
 
     return run

@@ -69,3 +69,16 @@ def test_masks_and_integers_must_be_exactly_equal():
     got[1, 0] = False
     assert "at [1, 0]" in message_of(got, expected).message
     assert "at [2]" in message_of(torch.tensor([1, 2, 4]), torch.tensor([1, 2, 3])).message
+
+
+def test_a_finite_number_is_not_close_to_minus_infinity():
+    expected = torch.tensor([0.0, float("-inf")])
+    message = message_of(torch.tensor([0.0, -1e9]), expected).message
+    assert "at [1]" in message and "expected -inf" in message
+
+
+def test_a_wrong_mask_entry_is_named_as_true_or_false():
+    expected = torch.tensor([[True, False], [True, True]])
+    got = torch.tensor([[True, True], [True, True]])
+    message = message_of(got, expected).message
+    assert message == "f(x) is True at [0, 1] where the reference has False (1 of 4 entries differ)"

@@ -2,44 +2,53 @@
 
 import pytest
 
-from conftest import CH01, SOLUTION, result_of, statuses
+from conftest import SOLUTION, result_of, solution_source, statuses
+from grader.catalog import CHAPTERS
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
-BUGS = KNOWN_BUGS["ch01"]
+ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
 
 
-def affected_by(exercise: str) -> set[str]:
+def affected_by(chapter, exercise: str) -> set[str]:
     """The exercise and every exercise that builds on it, directly or not."""
     found = {exercise}
     changed = True
     while changed:
         changed = False
-        for other in CH01.exercises:
+        for other in chapter.exercises:
             if other.name not in found and found.intersection(other.uses):
                 found.add(other.name)
                 changed = True
     return found
 
 
-@pytest.mark.parametrize("bug", BUGS, ids=[f"{bug.exercise}/{bug.name}" for bug in BUGS])
-def test_known_bug_fails_its_exercise_and_is_named(grade_source, bug):
-    report = grade_source(apply_bug(SOLUTION, bug))
+@pytest.mark.parametrize("chapter, bug", ALL_BUGS,
+                         ids=[f"{chapter.id}/{bug.exercise}/{bug.name}" for chapter, bug in ALL_BUGS])
+def test_known_bug_fails_its_exercise_and_is_named(grade_source, chapter, bug):
+    report = grade_source(apply_bug(solution_source(chapter), bug), chapter=chapter.id)
     result = result_of(report, bug.exercise)
     assert result.status == "failed"
     assert bug.hint in [check.hint for check in result.failed_checks]
     for name, status in statuses(report).items():
-        if name not in affected_by(bug.exercise):
+        if name not in affected_by(chapter, bug.exercise):
             assert status == "passed", f"{name} should not be affected by {bug.name}"
 
 
 def test_the_bugs_the_course_promises_to_catch_are_in_the_catalog():
-    names = {bug.name for bug in BUGS}
+    names = {bug.name for bug in KNOWN_BUGS["ch01"]}
     assert {"no-scale", "softmax-over-queries", "no-max-shift", "mask-inverted",
             "weights-transposed"} <= names
 
 
-def test_every_exercise_has_known_bugs():
-    assert {bug.exercise for bug in BUGS} == {exercise.name for exercise in CH01.exercises}
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_every_exercise_has_known_bugs(chapter):
+    assert {bug.exercise for bug in KNOWN_BUGS[chapter.id]} == {e.name for e in chapter.exercises}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_bug_names_are_unique_within_an_exercise(chapter):
+    keys = [(bug.exercise, bug.name) for bug in KNOWN_BUGS[chapter.id]]
+    assert len(keys) == len(set(keys))
 
 
 def test_a_wrong_answer_like_no_known_bug_gets_no_hint(grade_source):
@@ -52,5 +61,6 @@ def test_a_wrong_answer_like_no_known_bug_gets_no_hint(grade_source):
 
 
 def test_a_bug_edit_must_match_the_solution_exactly():
+    bug = KNOWN_BUGS["ch01"][0]
     with pytest.raises(ValueError, match="occurs 0 times"):
-        apply_bug(SOLUTION, BUGS[0].__class__("softmax", "x", "hint", "no such line", "y"))
+        apply_bug(SOLUTION, bug.__class__("softmax", "x", "hint", "no such line", "y"))

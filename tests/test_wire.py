@@ -29,6 +29,12 @@ def test_tensors_arrays_and_containers_survive():
     assert empty.shape == (0, 3) and nan.isnan()
 
 
+def test_dtypes_survive_as_arguments():
+    assert roundtrip([torch.float16, torch.bool]) == [torch.float16, torch.bool]
+    with pytest.raises(wire.WireError, match="unknown dtype"):
+        wire.decode({"kind": "dtype", "value": "torch.quint8"})
+
+
 def test_a_dict_with_text_keys_survives():
     state = {"qkv.weight": torch.ones(6, 2), "out.bias": torch.zeros(2), "note": "x"}
     received = roundtrip(state)

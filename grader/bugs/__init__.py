@@ -16,13 +16,20 @@ from grader.catalog import CHAPTERS
 
 @dataclass(frozen=True)
 class KnownBug:
-    """Replace ``old`` by ``new`` inside the function (or class) ``exercise``."""
+    """Replace ``old`` by ``new`` inside the function (or class) ``exercise``.
+
+    A bug that makes the code raise rather than return a wrong value (``view``
+    on a transposed tensor, ``-1e9`` in float16) sets ``error``: a regular
+    expression matched against the exception's message, which then gets
+    ``hint``.
+    """
 
     exercise: str
     name: str
     hint: str
     old: str
     new: str
+    error: str = ""
 
 
 def known_bugs_catalog() -> dict[str, tuple[KnownBug, ...]]:

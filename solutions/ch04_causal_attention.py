@@ -1,0 +1,151 @@
+"""Chapter 4: causal attention and the KV cache.
+
+Fill in the body of each function (the lines that raise NotImplementedError).
+Read chapters/04_causal_attention/README.md first; grade your work with
+
+    mha-course grade ch04
+
+Conventions used in every exercise of this chapter:
+
+* A boolean mask is True where a query MAY attend to a key. Causal means a
+  token attends to itself and to earlier tokens, never to later ones.
+* With ``L`` queries and ``S >= L`` keys, the queries are the LAST ``L`` of
+  the ``S`` tokens (the newest ones, as when decoding with a cache): query
+  ``i`` sits at position ``i + S - L`` and sees keys ``0 .. i + S - L``.
+  This is "bottom-right" alignment; ``is_causal=True`` in
+  ``F.scaled_dot_product_attention`` is top-left and is wrong here.
+* Heads as in chapter 3: ``H`` heads of ``d = D // H`` features, head ``h``
+  owning features ``h * d`` to ``(h + 1) * d``; weights in ``nn.Linear``
+  layout ``(d_out, d_in)``.
+* A query whose keys are all masked gets zero weights and a zero output.
+
+You may call ``torch.softmax`` and ``F.scaled_dot_product_attention``, but
+not ``nn.MultiheadAttention`` or ``F.multi_head_attention_forward``.
+"""
+
+import math
+
+import torch
+
+
+def causal_mask(
+    num_queries: int,
+    num_keys: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The causal mask, aligned bottom-right.
+
+    Args:
+        num_queries: ``L``.
+        num_keys: ``S``; ``None`` means ``S = L``.
+        device: where to create the mask (the device of the scores it will
+            mask); ``None`` means the default device.
+
+    Returns:
+        A bool tensor of shape ``(L, S)``, True where ``j <= i + S - L``.
+        With ``S = L`` that is the lower triangle, diagonal included: every
+        token sees itself.
+    """
+    # BEGIN SOLUTION
+    if num_keys is None:
+        num_keys = num_queries
+    # Blocked: the keys after each query's own position. diagonal=1 keeps the
+    # diagonal (a token sees itself); the offset S - L aligns bottom-right.
+    blocked = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).triu(
+        diagonal=num_keys - num_queries + 1
+    )
+    return ~blocked  # (L, S)
+    # END SOLUTION
+
+
+def causal_self_attention(
+    x: torch.Tensor,
+    num_heads: int,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal multi-head self-attention, with optional padding.
+
+    Args:
+        x: shape ``(B, T, d_model)``, float32, float16 or bfloat16.
+        num_heads: ``H``.
+        w_q, w_k: shape ``(D, d_model)``.
+        w_v: shape ``(D_v, d_model)``.
+        w_o: shape ``(d_out, D_v)``.
+        lengths: optional int64 ``(B,)``: the real length of each sequence,
+            padded at the end. Padding positions are never attended to
+            (as keys). As queries they still get an output, from the real
+            tokens (zeros when a sequence has none); a model ignores those
+            rows, but they are checked too.
+
+    Returns:
+        Shape ``(B, T, d_out)``, in the dtype of ``x``. Output ``t`` depends
+        on tokens ``0 .. t`` only.
+    """
+    # BEGIN SOLUTION
+    batch, length, _ = x.shape
+    q, k, v = (x @ w.T for w in (w_q, w_k, w_v))  # (B, T, D), (B, T, D), (B, T, D_v)
+    q, k, v = (t.view(batch, length, num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+    mask = causal_mask(length, device=x.device)  # (T, T), where the scores are
+    if lengths is not None:
+        keys = torch.arange(length, device=x.device) < lengths[:, None]  # (B, T)
+        mask = mask & keys[:, None, None, :]  # (B, 1, T, T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    # -inf exists in every float dtype; -1e9 does not fit in float16.
+    scores = scores.masked_fill(~mask, float("-inf"))
+    no_keys = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1).masked_fill(no_keys, 0.0)
+    heads = (weights @ v).transpose(1, 2).reshape(batch, length, -1)  # (B, T, D_v)
+    return heads @ w_o.T  # (B, T, d_out)
+    # END SOLUTION
+
+
+def attend_with_cache(
+    x_new: torch.Tensor,
+    num_heads: int,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One step of causal multi-head self-attention with a KV cache.
+
+    The new tokens come after every cached one. Feeding a sequence in
+    chunks, a step at a time, must give the rows ``causal_self_attention``
+    gives for the whole sequence at once.
+
+    Args:
+        x_new: the newest tokens, shape ``(B, T_new, d_model)``: one token
+            when generating, several when a prompt is fed in chunks.
+        num_heads: ``H``.
+        w_q, w_k, w_v, w_o: as in ``causal_self_attention``.
+        cache: None before the first step, else ``(k_cache, v_cache)``: the
+            keys and values of every earlier token, already split into
+            heads, shapes ``(B, H, T_past, D // H)`` and
+            ``(B, H, T_past, D_v // H)``.
+
+    Returns:
+        ``(output, (k, v))``: the new tokens' output ``(B, T_new, d_out)``
+        and the cache with their keys and values appended along the token
+        axis, ``(B, H, T_past + T_new, ·)``. The cache passed in is not
+        modified.
+    """
+    # BEGIN SOLUTION
+    batch, length, _ = x_new.shape
+    q, k, v = (x_new @ w.T for w in (w_q, w_k, w_v))
+    q, k, v = (t.view(batch, length, num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T_new, d)
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)  # (B, H, T_past + T_new, d)
+        v = torch.cat([cache[1], v], dim=-2)
+    # Bottom-right: new token i is at position T_past + i and sees every
+    # cached key, plus new tokens 0 .. i. A top-left mask would hide the past.
+    mask = causal_mask(length, k.shape[-2], device=x_new.device)  # (T_new, T_past + T_new)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # never an empty row
+    heads = (weights @ v).transpose(1, 2).reshape(batch, length, -1)  # (B, T_new, D_v)
+    return heads @ w_o.T, (k, v)
+    # END SOLUTION

@@ -1,0 +1,164 @@
+"""Chapter 5: rotary position embeddings (RoPE).
+
+Fill in the body of each function (the lines that raise NotImplementedError).
+Read chapters/05_rope/README.md first; grade your work with
+
+    mha-course grade ch05
+
+Conventions used in every exercise of this chapter:
+
+* Vectors to rotate have an even width ``d`` (one head's width). Rotation
+  ``k`` (``k = 0 .. d/2 - 1``, counted from 0) turns a pair of features by
+  the angle ``position * theta ** (-2k / d)``; ``theta`` is 10000 unless
+  said otherwise.
+* Angles are computed in float32 (``position`` times frequency), whatever
+  the dtype of the vectors: in float16 a position like 1000 times a
+  frequency loses the angle entirely. The rotated vectors come back in the
+  dtype they came in.
+* ``token_positions`` holds each token's position (int64). Positions need
+  not be 0, 1, 2, ...: a chunk may start at an offset, and a batch may hold
+  any positions at all.
+* Heads as in chapter 3; weights in ``nn.Linear`` layout ``(d_out, d_in)``.
+
+You may call ``torch.softmax`` and ``F.scaled_dot_product_attention``, but
+not ``nn.MultiheadAttention``.
+"""
+
+import math
+
+import torch
+
+
+def rope_angles(token_positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+    """The rotation angles of every token and every pair of features.
+
+    Args:
+        token_positions: int64, shape ``(..., T)``.
+        head_dim: ``d``, even.
+        theta: the base of the frequencies.
+
+    Returns:
+        float32, shape ``(..., T, d // 2)``: entry ``k`` of token ``t`` is
+        ``token_positions[..., t] * theta ** (-2k / d)``, on the device of
+        ``token_positions``.
+    """
+    # BEGIN SOLUTION
+    if head_dim % 2:
+        raise ValueError(f"RoPE rotates pairs of features; head_dim={head_dim} is odd")
+    k = torch.arange(head_dim // 2, device=token_positions.device, dtype=torch.float32)  # (d/2,)
+    frequencies = theta ** (-2 * k / head_dim)  # (d/2,): 1 for k = 0, down to about 1/theta
+    return token_positions.to(torch.float32).unsqueeze(-1) * frequencies  # (..., T, d/2)
+    # END SOLUTION
+
+
+def apply_rope(x: torch.Tensor, token_positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """Rotate adjacent pairs ``(x[2k], x[2k + 1])``: the convention of the
+    RoPE paper, Meta's LLaMA and Stanford CS336.
+
+    Args:
+        x: shape ``(..., T, d)``, any float dtype.
+        token_positions: int64, broadcastable to ``x.shape[:-1]``: ``(T,)``
+            for every sequence alike, ``(B, T)`` per sequence, or
+            ``(B, 1, T)`` for ``x`` of shape ``(B, H, T, d)``.
+        theta: the base of the frequencies.
+
+    Returns:
+        Shape and dtype of ``x``: for each k,
+        ``out[2k] = x[2k] cos a - x[2k+1] sin a`` and
+        ``out[2k+1] = x[2k] sin a + x[2k+1] cos a``, with ``a`` the angle of
+        pair k at the token's position.
+    """
+    # BEGIN SOLUTION
+    angles = rope_angles(token_positions, x.shape[-1], theta)  # (..., T, d/2) float32
+    compute = torch.promote_types(x.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    cos, sin = angles.cos().to(compute), angles.sin().to(compute)
+    pairs = x.to(compute).unflatten(-1, (-1, 2))  # (..., T, d/2, 2): (x[2k], x[2k+1])
+    even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, d/2) each
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., T, d/2, 2)
+    return rotated.flatten(-2).to(x.dtype)  # (..., T, d), pairs back side by side
+    # END SOLUTION
+
+
+def apply_rope_half(x: torch.Tensor, token_positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """Rotate the pairs ``(x[k], x[k + d/2])``: the "rotate_half" convention
+    of GPT-NeoX and Hugging Face.
+
+    Args and returns as ``apply_rope``; pair k (features k and k + d/2)
+    turns by the same angle as pair k of ``apply_rope``.
+    """
+    # BEGIN SOLUTION
+    angles = rope_angles(token_positions, x.shape[-1], theta)  # (..., T, d/2)
+    # Features k and k + d/2 form pair k, so both turn by pair k's angle.
+    angles = torch.cat([angles, angles], dim=-1)  # (..., T, d)
+    compute = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = angles.cos().to(compute), angles.sin().to(compute)  # (..., T, d) each
+    first, second = x.to(compute).chunk(2, dim=-1)  # (..., T, d/2) each
+    rotated_half = torch.cat([-second, first], dim=-1)  # the partner of each feature, signed
+    return (x.to(compute) * cos + rotated_half * sin).to(x.dtype)
+    # END SOLUTION
+
+
+def adjacent_to_half_permutation(head_dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The feature order that turns one convention into the other.
+
+    Returns:
+        int64, shape ``(d,)``: ``perm`` such that, for every ``x``,
+        ``apply_rope_half(x[..., perm], p) == apply_rope(x, p)[..., perm]``.
+        It gathers the first feature of every adjacent pair, then the
+        second ones. Created on ``device``.
+    """
+    # BEGIN SOLUTION
+    # Adjacent pair k is (2k, 2k + 1); in the half layout pair k is (k, k + d/2).
+    # So position k of the new order must hold feature 2k, and position
+    # k + d/2 feature 2k + 1.
+    evens = torch.arange(0, head_dim, 2, device=device)
+    return torch.cat([evens, evens + 1])
+    # END SOLUTION
+
+
+def rope_self_attention(
+    d_model: int,
+    num_heads: int,
+    max_seq_len: int,
+    theta: float,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    x: torch.Tensor,
+    token_positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal multi-head self-attention with RoPE on queries and keys.
+
+    Args:
+        d_model: ``D``, the width of ``x`` and of every projection.
+        num_heads: ``H``; each head has ``d = D // H`` features (even).
+        max_seq_len: positions are below this.
+        theta: the RoPE base.
+        w_q, w_k, w_v, w_o: shape ``(D, D)`` each, ``nn.Linear`` layout.
+        x: shape ``(..., T, D)``.
+        token_positions: int64 ``(..., T)``; None means ``0 .. T-1``.
+
+    Returns:
+        Shape ``(..., T, D)``. Every head's queries and keys are rotated
+        (adjacent pairs, as ``apply_rope``) by their token's position; the
+        values are not. The causal mask follows the order of the tokens in
+        ``x`` (token t sees tokens 0 .. t), whatever their positions.
+    """
+    # BEGIN SOLUTION
+    *batch, length, _ = x.shape
+    if token_positions is None:
+        token_positions = torch.arange(length, device=x.device)  # (T,)
+    if int(token_positions.max()) >= max_seq_len:
+        raise ValueError(f"a position reaches {int(token_positions.max())}, max_seq_len is {max_seq_len}")
+    head_dim = d_model // num_heads
+    q, k, v = (x @ w.T for w in (w_q, w_k, w_v))  # (..., T, D)
+    q, k, v = (t.unflatten(-1, (num_heads, head_dim)).transpose(-3, -2) for t in (q, k, v))  # (..., H, T, d)
+    positions = token_positions.unsqueeze(-2)  # (..., 1, T): the same rotation for every head
+    q, k = apply_rope(q, positions, theta), apply_rope(k, positions, theta)  # values stay as they are
+    blocked = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(diagonal=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (..., H, T, T)
+    weights = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
+    heads = (weights @ v).transpose(-3, -2).flatten(-2)  # (..., T, D)
+    return heads @ w_o.T
+    # END SOLUTION
