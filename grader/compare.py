@@ -209,6 +209,11 @@ def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
             first = int(torch.nonzero(unexpected.flatten())[0])
             return (f"{what} has {name}{_index_text(first, shape)} where {reference} has "
                     f"{float(expected.flatten()[first]):.4g} ({count})")
+    missed = ~close & torch.isinf(expected)  # e.g. -1e9 where a mask needs -inf
+    if bool(missed.any()):
+        first = int(torch.nonzero(missed.flatten())[0])
+        return (f"{what} has {float(got.flatten()[first]):.4g}{_index_text(first, shape)} where "
+                f"{reference} has {float(expected.flatten()[first]):.4g} ({count})")
     if expected.dtype == torch.bool:
         first = int(torch.nonzero(~close.flatten())[0])
         return (f"{what} is {bool(got.flatten()[first])}{_index_text(first, shape)} where "

@@ -13,15 +13,25 @@ def test_committed_files_are_what_the_build_writes():
     assert not stale, f"run `mha-course build`: out of date: {stale}"
 
 
+def _definitions(source: str) -> dict[str, str | None]:
+    """``{name: docstring}`` of top-level functions and classes, and of methods as ``Class.name``."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = ast.get_docstring(node)
+        if isinstance(node, ast.ClassDef):
+            found.update({f"{node.name}.{m.name}": ast.get_docstring(m) for m in node.body
+                          if isinstance(m, ast.FunctionDef)})
+    return found
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_stub_keeps_signatures_and_hides_every_solution_line(chapter):
     solution = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text()
     stub = stub_source(solution)
-    solution_defs = {n.name: ast.get_docstring(n) for n in ast.parse(solution).body
-                     if isinstance(n, ast.FunctionDef)}
-    stub_defs = {n.name: ast.get_docstring(n) for n in ast.parse(stub).body
-                 if isinstance(n, ast.FunctionDef)}
-    assert stub_defs == solution_defs  # same functions, same docstrings
+    solution_defs = _definitions(solution)
+    stub_defs = _definitions(stub)
+    assert stub_defs == solution_defs  # same functions, classes and methods, same docstrings
     for exercise in chapter.exercises:
         assert exercise.name in stub_defs
     hidden = []
@@ -31,8 +41,8 @@ def test_stub_keeps_signatures_and_hides_every_solution_line(chapter):
             inside = True
         elif line.strip() == "# END SOLUTION":
             inside = False
-        elif inside and line.strip() and not line.strip().startswith("#"):
-            hidden.append(line.strip())
+        elif inside and any(c.isalnum() for c in line) and not line.strip().startswith("#"):
+            hidden.append(line.strip())  # a line of code, not a lone bracket
     assert hidden
     for line in hidden:
         assert line not in stub, f"solution line left in the stub: {line}"
