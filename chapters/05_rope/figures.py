@@ -211,7 +211,8 @@ def relative_scores_svg() -> str:
     width = LABEL + len(positions) * CELL + 40
     height = top + len(positions) * CELL + 50
     body = [
-        _text(width / 2, 18, "Score q_m · k_n of one query and one key at every position", size=14, bold=True),
+        _text(width / 2, 18, "Score q_m · k_n of one query and one key at every position",
+              size=14, bold=True),
         _text(LABEL + len(positions) * CELL / 2, 40, "key position n", colour=MUTED),
         f"<text x='14' y='{top + len(positions) * CELL / 2}' text-anchor='middle' fill='{MUTED}' "
         f"transform='rotate(-90 14 {top + len(positions) * CELL / 2})'>query position m</text>",
