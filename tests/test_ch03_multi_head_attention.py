@@ -1,47 +1,107 @@
-"""Chapter 3: the module matches nn.MultiheadAttention, and the pitfalls that
-raise rather than return a wrong value are explained."""
-
-import importlib.util
+"""Chapter 3 (multi-head attention): the reference passes, the stub scores
+nothing, realistic wrong versions fail with feedback a student can act on,
+and the module matches nn.MultiheadAttention once loaded with its weights."""
 
 import pytest
 import torch
+from torch import nn
 
-from conftest import replace_function, result_of, solution_source
-from grader.catalog import COURSE_ROOT, find_chapter
+from conftest import FAST, replace_function, result_of, solution_source, statuses, stub_source
+from grader.catalog import find_chapter
+from grader.grading import grade
 
 CH03 = find_chapter("ch03")
 SOLUTION = solution_source(CH03)
+ORACLE_CHECK = "loaded with nn.MultiheadAttention's weights, gives its output"
 
 
-def _reference():
-    path = COURSE_ROOT / "solutions" / f"{CH03.module}.py"
-    spec = importlib.util.spec_from_file_location("ch03_reference_for_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def edit(source: str, old: str, new: str) -> str:
+    """``source`` with the one occurrence of ``old`` replaced."""
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
 
 
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_the_module_loaded_with_torchs_weights_gives_torchs_output(bias):
-    torch.manual_seed(0)
-    theirs = torch.nn.MultiheadAttention(12, 3, bias=bias, batch_first=True).eval()
-    if bias:
-        with torch.no_grad():
-            theirs.in_proj_bias.normal_()
-            theirs.out_proj.bias.normal_()
-    ours = _reference().MultiHeadAttention(12, 3, bias=bias).eval()
+@pytest.fixture(scope="module")
+def solution_report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ch03") / f"{CH03.module}.py"
+    path.write_text(SOLUTION, encoding="utf-8")
+    return grade([(CH03, path)], limits=FAST, seed=1234)
+
+
+def hints(result) -> list[str]:
+    return [check.hint or "" for check in result.failed_checks]
+
+
+def messages(result) -> str:
+    return "\n".join(check.message for check in result.failed_checks)
+
+
+# -- whole chapter ---------------------------------------------------------------------------
+
+
+def test_solution_scores_full_marks(solution_report):
+    assert solution_report.score == solution_report.max_score == 11
+    assert set(statuses(solution_report).values()) == {"passed"}
+
+
+def test_stub_scores_nothing(grade_source):
+    report = grade_source(stub_source(CH03), chapter="ch03")
+    assert report.score == 0
+    assert set(statuses(report).values()) == {"not implemented"}
+
+
+# -- acceptance: the module is nn.MultiheadAttention once loaded with its weights -------------
+
+
+def _loaded_pair(d_model: int, heads: int, bias: bool):
+    """An nn.MultiheadAttention with random non-zero biases, and the
+    reference module loaded with its parameters; both in eval mode."""
+    torch.manual_seed(d_model * 10 + heads)
+    theirs = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True)
     state = {"qkv.weight": theirs.in_proj_weight, "out.weight": theirs.out_proj.weight}
     if bias:
-        state |= {"qkv.bias": theirs.in_proj_bias, "out.bias": theirs.out_proj.bias}
-    ours.load_state_dict(state)
-    x = torch.randn(2, 7, 12)
-    allowed = torch.rand(7, 7) > 0.4
-    allowed |= torch.eye(7, dtype=torch.bool)
+        with torch.no_grad():  # a fresh nn.MultiheadAttention's biases are all zero
+            theirs.in_proj_bias.normal_()
+            theirs.out_proj.bias.normal_()
+        state.update({"qkv.bias": theirs.in_proj_bias, "out.bias": theirs.out_proj.bias})
+    namespace = {}
+    exec(compile(SOLUTION, "ch03_reference", "exec"), namespace)
+    mine = namespace["MultiHeadAttention"](d_model, heads, bias=bias)
+    mine.load_state_dict(state)
+    return theirs.eval(), mine.eval()
+
+
+@pytest.mark.parametrize("d_model, heads, bias", [(8, 2, True), (12, 3, False), (6, 1, True), (4, 4, True)],
+                         ids=["D8-H2", "D12-H3-no-bias", "D6-H1", "D4-H4"])
+def test_reference_module_matches_torch_multihead_attention(d_model, heads, bias):
+    theirs, mine = _loaded_pair(d_model, heads, bias)
+    x = torch.randn(3, 5, d_model)
+    mask = torch.rand(5, 5) < 0.6
+    mask[:, 0] = True  # every query keeps a key
     with torch.no_grad():
-        expected, expected_weights = theirs(x, x, x, attn_mask=~allowed, average_attn_weights=False)
-        output, weights = ours(x, mask=allowed, need_weights=True)
-    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
+        expected, _ = theirs(x, x, x, need_weights=False)
+        torch.testing.assert_close(mine(x), expected)
+        expected, expected_weights = theirs(x, x, x, attn_mask=~mask, average_attn_weights=False)
+        output, weights = mine(x, mask=mask, need_weights=True)
+    torch.testing.assert_close(output, expected)
+    torch.testing.assert_close(weights, expected_weights)
+
+
+def test_grader_checks_the_module_against_torch_multihead_attention(solution_report, grade_source):
+    passed = [check for check in result_of(solution_report, "MultiHeadAttention").checks
+              if check.check.startswith(ORACLE_CHECK)]
+    assert len(passed) == 5 and all(check.outcome == "passed" for check in passed)
+    # A module that forgets the output projection's bias (no known bug) fails that check.
+    source = edit(SOLUTION, "output = self.out(merge_heads(weights @ v))",
+                  "output = merge_heads(weights @ v) @ self.out.weight.T")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert result.status == "failed"
+    failed = [check for check in result.failed_checks if check.check.startswith(ORACLE_CHECK)]
+    assert failed and all("against nn.MultiheadAttention" in check.message for check in failed)
+    assert any("[no-bias]" in check.check for check in result.checks if check.outcome == "passed")
+
+
+# -- pitfalls, written the way students write them -----------------------------------------------
 
 
 def test_merging_with_view_on_a_transposed_tensor_is_explained(grade_source):
@@ -52,6 +112,72 @@ def merge_heads(x):
 ''')
     result = result_of(grade_source(source, chapter="ch03"), "merge_heads")
     assert result.status == "failed"
-    messages = " ".join(check.message + " " + (check.hint or "") for check in result.failed_checks)
-    assert "view size is not compatible" in messages
-    assert "contiguous" in messages or "reshape" in messages
+    assert "view size is not compatible" in messages(result)
+    assert any(".contiguous()" in hint and ".reshape" in hint for hint in hints(result))
+
+
+def test_contiguous_view_is_an_accepted_fix(grade_source):
+    source = edit(SOLUTION, "return x.reshape(*batch, length, heads * width)",
+                  "return x.contiguous().view(*batch, length, heads * width)")
+    assert statuses(grade_source(source, chapter="ch03"))["merge_heads"] == "passed"
+
+
+def test_split_heads_for_exactly_one_batch_dim_says_which_shape_broke(grade_source):
+    source = edit(SOLUTION, "*batch, length, width = x.shape", "batch, length, width = x.shape")
+    source = edit(source, "x = x.reshape(*batch, length, num_heads, width // num_heads)",
+                  "x = x.view(batch, length, num_heads, width // num_heads)")
+    result = result_of(grade_source(source, chapter="ch03"), "split_heads")
+    assert result.status == "failed"
+    text = messages(result)
+    assert "split_heads(x (5, 6), 2) raised ValueError" in text  # no batch dimension
+    assert "(2, 3, 4, 12)" in text  # two batch dimensions
+
+
+def test_x_times_w_everywhere_is_named(grade_source):
+    source = SOLUTION
+    for name in ("query @ w_q.T", "key @ w_k.T", "value @ w_v.T", "@ w_o.T"):
+        source = edit(source, name, name.removesuffix(".T"))
+    result = result_of(grade_source(source, chapter="ch03"), "multi_head_attention")
+    assert result.status == "failed"
+    assert any("x @ W.T" in hint for hint in hints(result))
+
+
+def test_scaling_by_the_input_width_is_named(grade_source):
+    source = edit(SOLUTION, "/ math.sqrt(q.shape[-1])  # (..., H, L, S)",
+                  "/ math.sqrt(query.shape[-1])  # (..., H, L, S)")
+    result = result_of(grade_source(source, chapter="ch03"), "multi_head_attention")
+    assert result.status == "failed"
+    assert any("1/sqrt(D // H)" in hint for hint in hints(result))
+
+
+def test_dropout_module_on_the_output_is_named(grade_source):
+    source = edit(SOLUTION, "self.out = nn.Linear(d_model, d_model, bias=bias)",
+                  "self.out = nn.Linear(d_model, d_model, bias=bias)\n"
+                  "        self.drop = nn.Dropout(dropout)")
+    source = edit(source, "weights = F.dropout(weights, p=self.dropout, training=self.training)\n"
+                  "        output = self.out(merge_heads(weights @ v))",
+                  "output = self.drop(self.out(merge_heads(weights @ v)))")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert result.status == "failed"
+    assert any("dropout is applied to the output" in hint for hint in hints(result))
+
+
+def test_separate_projections_are_told_the_expected_names(grade_source):
+    source = edit(SOLUTION, "self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)",
+                  "self.q = nn.Linear(d_model, d_model, bias=bias)\n"
+                  "        self.k = nn.Linear(d_model, d_model, bias=bias)\n"
+                  "        self.v = nn.Linear(d_model, d_model, bias=bias)")
+    source = edit(source, "q, k, v = self.qkv(x).chunk(3, dim=-1)",
+                  "q, k, v = self.q(x), self.k(x), self.v(x)")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert result.status == "failed"
+    text = messages(result)
+    assert "has no parameter qkv.weight" in text and "q.weight" in text
+
+
+def test_parameter_count_as_float_is_refused(grade_source):
+    source = edit(SOLUTION, "return 4 * per_projection", "return 4.0 * per_projection")
+    result = result_of(grade_source(source, chapter="ch03"), "parameter_count")
+    assert result.status == "failed"
+    assert "expected an int" in messages(result)
+

@@ -92,7 +92,7 @@ def split_heads_svg() -> str:
                           "reshape to (T, H, d), then transpose(-3, -2): row t of every head is token t")
     parts += _heads_panel(16, 384, wrong, "wrong: x.reshape(3, 4, 2), no transpose",
                           "same shape, but head 0 holds tokens 0 and 1, and its rows mix features")
-    return _svg(560, 536, parts)
+    return _svg(480, 536, parts)
 
 
 # -- head_patterns.svg -------------------------------------------------------------

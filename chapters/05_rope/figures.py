@@ -69,7 +69,7 @@ def _rotation_panel(centre_x: float, centre_y: float, radius: float, frequency: 
         f"y2='{centre_y}' stroke='#ddd'/>",
         f"<line x1='{centre_x}' y1='{centre_y - radius - 12}' x2='{centre_x}' "
         f"y2='{centre_y + radius + 12}' stroke='#ddd'/>",
-        _text(centre_x + radius + 16, centre_y + 4, "x[2k]", anchor="start", colour=MUTED),
+        _text(centre_x + radius + 8, centre_y + 20, "x[2k]", anchor="start", colour=MUTED),
         _text(centre_x, centre_y - radius - 16, "x[2k+1]", colour=MUTED),
     ]
     for position in range(6):
@@ -182,7 +182,7 @@ def pairings_svg() -> str:
 # -- relative_scores.svg -------------------------------------------------------------------
 
 QUERY = torch.tensor([1.0, 0.5, -0.5, 1.0, 1.0, 0.0, 0.5, 0.5])  # d = 8, hand-picked
-KEY = torch.tensor([0.5, 1.0, 1.0, 0.0, -0.5, 1.0, 0.5, -0.5])
+KEY = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.5, 0.5, 1.0, 0.0])
 
 
 def _rotate(vector: torch.Tensor, position: int, theta: float = 10000.0) -> torch.Tensor:
@@ -208,7 +208,7 @@ def relative_scores_svg() -> str:
     scores = [[float(_rotate(QUERY, m) @ _rotate(KEY, n)) for n in positions] for m in positions]
     largest = max(abs(value) for row in scores for value in row)
     top = LABEL + 28
-    width = LABEL + len(positions) * CELL + 40
+    width = max(LABEL + len(positions) * CELL + 40, 500)  # the title needs room
     height = top + len(positions) * CELL + 50
     body = [
         _text(width / 2, 18, "Score q_m · k_n of one query and one key at every position",
@@ -227,7 +227,8 @@ def relative_scores_svg() -> str:
             ink = "white" if abs(value) > 0.6 * largest else "black"
             body.append(f"<rect x='{x}' y='{y}' width='{CELL}' height='{CELL}' "
                         f"fill='{_diverging(value, largest)}' stroke='white'/>")
-            body.append(_text(x + CELL / 2, y + CELL / 2 + 4, f"{value:.2f}", colour=ink))
+            shown = f"{value:.2f}".replace("-0.00", "0.00")
+            body.append(_text(x + CELL / 2, y + CELL / 2 + 4, shown, colour=ink))
     body.append(_text(LABEL, height - 14, "every diagonal (same m - n) holds one number", anchor="start",
                       colour=MUTED))
     return _svg(width, height, body)
