@@ -1,7 +1,8 @@
 """Turn a submitted file into code a worker can run, without running it here.
 
 The grader's own process never executes student code: it only reads the file
-and parses it. A syntax error should cost only the function it sits in, so a
+and parses it. A notebook is first assembled into one module's code from its
+graded cells (``grader.notebooks``); from then on it is graded like a file. A syntax error should cost only the function it sits in, so a
 file that does not parse is repaired: the top-level block holding the error
 (a ``def`` with its decorators, or one statement) is blanked out, its name
 recorded as broken, and the rest parsed again.
@@ -14,6 +15,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grader.notebooks import NotebookCode, NotebookError, read_notebook
 
 MAX_REPAIRS = 25  # a file with more broken blocks than this is not worth saving
 DEFINITION = re.compile(r"(?:async\s+def|def|class)\s+(\w+)")
@@ -30,9 +33,10 @@ class Problem:
     line: int
     message: str
     name: str | None = None  # the function or class it breaks, if any
+    where: str = ""  # how the student finds the line: "line 12", "cell 9 (softmax), line 3"
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
+        return f"{self.where or f'line {self.line}'}: {self.message}"
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Submission:
             so that one failing statement does not stop the rest.
         broken: names whose definition had a syntax error, with the problem.
         problems: every syntax problem found, broken names included.
+        notebook: for a notebook, where its cells sit in ``source``.
     """
 
     path: Path
@@ -56,6 +61,12 @@ class Submission:
     statements: list[tuple[int, object, ast.stmt]] = field(default_factory=list)
     broken: dict[str, Problem] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    notebook: NotebookCode | None = None
+
+    def where(self, line: int) -> str:
+        """How a student finds a line of ``source``: ``line 12`` in a file,
+        ``cell 9 (softmax), line 3`` in a notebook."""
+        return self.notebook.where(line) if self.notebook else f"line {line}"
 
 
 def _is_block_start(line: str) -> bool:
@@ -124,17 +135,27 @@ def _future_flags(tree: ast.Module) -> int:
 
 
 def load_submission(path: Path, module_name: str) -> Submission:
-    """Read and parse a ``.py`` submission; never runs any of its code.
+    """Read and parse a ``.py`` or ``.ipynb`` submission; never runs any of its code.
 
     Raises:
         SubmissionError: the file cannot be read or decoded.
     """
-    try:
-        source = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SubmissionError(f"{path.name} is not UTF-8 text") from None
-    except OSError as error:
-        raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
+    notebook = None
+    if path.suffix == ".ipynb":
+        try:
+            notebook = read_notebook(path)
+        except NotebookError as error:
+            raise SubmissionError(str(error)) from None
+        source = notebook.source
+        if not source.strip():
+            raise SubmissionError(f"{path.name} has no code cells to grade")
+    else:
+        try:
+            source = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise SubmissionError(f"{path.name} is not UTF-8 text") from None
+        except OSError as error:
+            raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
     if "\0" in source:
         raise SubmissionError(f"{path.name} contains null bytes: is it really a Python file?")
     filename = str(path)
@@ -149,6 +170,8 @@ def load_submission(path: Path, module_name: str) -> Submission:
             problems.append(Problem(error.lineno or node.lineno, f"syntax error: {error.msg}", name))
             continue
         statements.append((node.lineno, code, node))
+    if notebook is not None:
+        problems = [Problem(p.line, p.message, p.name, notebook.where(p.line)) for p in problems]
     return Submission(
         path=path,
         module_name=module_name,
@@ -156,4 +179,5 @@ def load_submission(path: Path, module_name: str) -> Submission:
         statements=statements,
         broken={problem.name: problem for problem in problems if problem.name},
         problems=problems,
+        notebook=notebook,
     )

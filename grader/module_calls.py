@@ -22,12 +22,13 @@ class ModuleCall:
 
     Attributes:
         init_args, init_kwargs: the constructor's arguments (plain values).
-        state: a ``state_dict`` to load (strictly) before the call, or None
-            to keep the module's own initial parameters.
+        state: parameters to load before the call, by ``state_dict`` name
+            (every parameter must be named; buffers of the module's own
+            may stay unnamed), or None to keep its initial parameters.
         train: call in training mode (dropout active) rather than eval mode.
         seed: ``torch.manual_seed`` right before the call, for dropout.
-        return_state: answer ``(forward's result, state_dict)``, so a check
-            can see the module's parameter names and shapes.
+        return_state: answer ``(forward's result, {name: parameter})``, so a
+            check can see the module's parameter names and shapes.
     """
 
     init_args: tuple = ()
@@ -80,24 +81,31 @@ def run_module_call(namespace: object, name: str, recipe: ModuleCall, args: list
     module = module.to(device)
     if recipe.state is not None:
         _expect_parameters(module, recipe.state, recipe.text(name))
-        module.load_state_dict({key: value.to(device) for key, value in recipe.state.items()})
+        # Not strict: the student's own buffers keep their values (every
+        # parameter was named above).
+        module.load_state_dict({key: value.to(device) for key, value in recipe.state.items()},
+                               strict=False)
     module.train(recipe.train)
     if recipe.seed is not None:
         torch.manual_seed(recipe.seed)
     result = module(*args, **kwargs)
     if recipe.return_state:
-        return result, {key: value.detach() for key, value in module.state_dict().items()}
+        return result, {key: value.detach() for key, value in module.named_parameters()}
     return result
 
 
 def _expect_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor], text: str) -> None:
-    """Say in one line which names or shapes keep ``state`` from loading."""
+    """Say in one line which names or shapes keep ``state`` from loading.
+
+    Buffers of the student's own (a registered causal mask, say) that
+    ``state`` does not name are theirs to keep; an extra parameter is not.
+    """
     own = {key: tuple(value.shape) for key, value in module.state_dict().items()}
     missing = [key for key in state if key not in own]
     if missing:
         raise AttributeError(f"{text} has no parameter {', '.join(missing)} (it has "
                              f"{', '.join(own) or 'none'}): the grader loads weights by these names")
-    extra = [key for key in own if key not in state]
+    extra = [key for key, _ in module.named_parameters() if key not in state]
     if extra:
         raise AttributeError(f"{text} has parameters the grader does not expect: {', '.join(extra)}")
     for key, value in state.items():

@@ -113,6 +113,18 @@ class GradingPlugin:
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", "exercise(name): the catalog exercise a check judges")
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Run each exercise's checks together, in catalog order: an exercise
+        gets one worker, however its checks are laid out in the file (a
+        chapter's shared checks sit at its end)."""
+        def order(item: pytest.Item) -> tuple[int, int]:
+            chapter = chapter_of(item.path)
+            names = [exercise.name for exercise in chapter.exercises]
+            name = _exercise_of(item)
+            return CHAPTERS.index(chapter), names.index(name) if name in names else len(names)
+
+        items.sort(key=order)  # stable: within an exercise, the file's order
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
         """Record the verdict and make pytest's report ourselves.
@@ -154,7 +166,7 @@ class GradingPlugin:
 
 def _error_hint(result: CheckResult) -> str | None:
     """The hint of a known bug that raises the error this check met."""
-    if result.kind != "error":
+    if result.kind not in ("error", "device"):
         return None
     for bug in KNOWN_BUGS.get(result.chapter, ()):
         if bug.exercise == result.exercise and bug.error and re.search(bug.error, result.message):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from grader.catalog import Chapter
-from grader.compare import CheckFailure, brief
+from grader.compare import CheckFailure, brief, fail
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
@@ -83,12 +83,15 @@ class RemoteSubmission:
             return
         self._signatures = _signatures(self.submission)
         self._loaded_file = probe(self.submission, self.limits)
+        where = self.submission.where
         notes = [(problem.line, str(problem)) for problem in self.submission.problems]
-        notes += [(line, f"line {line} {reason}; grading went on without it")
+        notes += [(line, f"{where(line)} {reason}; grading went on without it")
                   for line, reason in self._loaded_file.skipped.items()]
-        notes += [(line, f"line {line}, at import: {error}; grading went on without it")
+        notes += [(line, f"{where(line)}, at import: {error}; grading went on without it")
                   for line, error in self._loaded_file.errors.items()]
         self.notes = [text for _, text in sorted(notes)]
+        if self.submission.notebook is not None:
+            self.notes = self.submission.notebook.notes + self.notes
         if self._loaded_file.failure:
             self._load_failure = f"your file could not be run: {self._loaded_file.failure}"
 
@@ -111,7 +114,7 @@ class RemoteSubmission:
         return lambda *args, **kwargs: self.call(name, args, kwargs)
 
     def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None,
-             module: ModuleCall | None = None):
+             module: ModuleCall | None = None, portability: bool = False):
         """Run ``function(*args, **kwargs)`` in the exercise's worker.
 
         With ``grad`` (``{"wrt": [arg indices], "output": index or None,
@@ -120,6 +123,11 @@ class RemoteSubmission:
 
         With ``module``, ``function`` names an ``nn.Module`` class: the worker
         builds it as the recipe says and calls it with ``args`` and ``kwargs``.
+
+        With ``portability``, the worker also follows which tensors the call
+        makes on a fixed device (``torch.ones(T, T)`` without ``device=``),
+        and a ``CheckFailure`` of kind "device" says where code would fail,
+        or answer on the CPU, on a GPU: on any machine.
         """
         self.load()
         text = self.call_text(function, args, kwargs, module)
@@ -142,6 +150,7 @@ class RemoteSubmission:
             "kwargs": {key: encode(value) for key, value in kwargs.items()},
             "forbidden": self._forbidden(exercise),
             "device": self.device,
+            "portability": portability,
             "grad": grad,
             "module": module.encode() if module is not None else None,
         }
@@ -153,7 +162,10 @@ class RemoteSubmission:
             raise state.failure from None
         finally:
             state.spent += time.monotonic() - started
-        return self._read_answer(answer, function, text, args, kwargs, grad, module)
+        value = self._read_answer(answer, function, text, args, kwargs, grad, module)
+        if portability:
+            _expect_portable(text, answer.get("portability"), self.submission.where)
+        return value
 
     def call_text(self, function: str, args: tuple, kwargs: dict,
                   module: ModuleCall | None = None) -> str:
@@ -185,14 +197,29 @@ class RemoteSubmission:
         if kind is None:
             line = self._signatures.get(function, _UNKNOWN).line
             if line in self._loaded_file.errors:
-                raise CheckFailure(f"{function} is not defined: defining it at line {line} raised "
+                raise CheckFailure(f"{function} is not defined: defining it at "
+                                   f"{self.submission.where(line)} raised "
                                    f"{self._loaded_file.errors[line]}", "missing")
-            raise CheckFailure(f"your file defines no {'class' if is_class else 'function'} "
-                               f"{function}", "missing")
+            kind = "class" if is_class else "function"
+            if self.submission.notebook is None:
+                raise CheckFailure(f"your file defines no {kind} {function}", "missing")
+            raise CheckFailure(f"your notebook defines no {kind} {function}"
+                               f"{self._notebook_hint(function)}", "missing")
         if is_class and kind != "class":
             raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", "missing")
         if not is_class and kind not in ("function", "class"):
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
+
+    def _notebook_hint(self, function: str) -> str:
+        """Why a notebook may lack a function: its exercise cell is gone or
+        defines another name."""
+        cells = self.submission.notebook.exercise_cells
+        if function not in cells:
+            return " (its exercise cell seems deleted: copy it back from a fresh notebook)"
+        others = [name for name in cells[function] if name != function]
+        if others:
+            return f" (its exercise cell defines {', '.join(others)} instead: keep the name {function})"
+        return ""
 
     def _forbidden(self, exercise: str) -> tuple[str, ...]:
         try:
@@ -216,7 +243,7 @@ class RemoteSubmission:
                      grad: dict | None, module: ModuleCall | None):
         try:
             if not answer.get("ok"):
-                raise _error_failure(text, answer.get("error"))
+                raise _error_failure(text, answer.get("error"), self.submission.where)
             value = decode(answer.get("value"))
             _expect_device(text, answer.get("value"), self.device)
             after = decode(answer.get("args"))
@@ -279,14 +306,19 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _error_failure(text: str, error: object) -> CheckFailure:
-    """The message for an exception raised inside the student's function."""
+def _plain_line(line: int) -> str:
+    return f"line {line}"
+
+
+def _error_failure(text: str, error: object, locate=_plain_line) -> CheckFailure:
+    """The message for an exception raised inside the student's function;
+    ``locate(line)`` says where a line is (``line 12``, or a notebook cell)."""
     if not isinstance(error, dict):
         return CheckFailure(f"{text} failed", "error")
     kind = str(error.get("type", "Exception"))
     message = " ".join(str(error.get("message", "")).split())  # one line, whatever torch wrote
     line, code = error.get("line"), str(error.get("code", "")).strip()
-    where = f" at line {line}" + (f" ({code})" if code else "") if line else ""
+    where = f" at {locate(line)}" + (f" ({code})" if code else "") if type(line) is int and line else ""
     if kind == "NotImplementedError":
         return CheckFailure("not implemented yet", "not-implemented")
     if kind == "Forbidden":
@@ -298,6 +330,39 @@ def _error_failure(text: str, error: object) -> CheckFailure:
         return CheckFailure(f"{text} {message}{where}; return a value instead", "exit")
     detail = f": {message}" if message else ""
     return CheckFailure(f"{text} raised {kind}{where}{detail}", "error")
+
+
+def _expect_portable(text: str, problem: object, locate=_plain_line) -> None:
+    """Fail with what the worker's device tracking found would go wrong on a GPU."""
+    if not isinstance(problem, dict):
+        return
+    made = problem.get("made") if isinstance(problem.get("made"), list) else []
+    lines = [line for line in (_line_text(frame, locate) for frame in made) if line]
+    where = _line_text(problem, locate)
+    if lines and lines[0] == where:
+        origin = "it makes on the CPU itself"
+    elif lines:
+        origin = f"made on the CPU at {lines[0]}" + "".join(f", called from {line}" for line in lines[1:])
+    else:
+        origin = "made on the CPU when your file was imported"
+    advice = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
+    if problem.get("kind") == "returned":
+        fail(f"{text} would return a tensor on the CPU when run on a GPU: it is {origin}; {advice}",
+             "device")
+    fail(f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
+         f"{origin}; {advice}", "device")
+
+
+def _line_text(where: object, locate=_plain_line) -> str:
+    """``line 12 (mask = torch.ones(T, T))`` from a worker's ``{"line", "code"}``."""
+    if not isinstance(where, dict) or type(where.get("line")) is not int or not where["line"]:
+        return ""
+    code = str(where.get("code", "")).strip()
+    if "  #" in code:  # a comment says nothing the student does not have in front of them
+        code = code[: code.index("  #")].rstrip()
+    if code.endswith(("(", "[", "{", ",", "\\")):
+        code += " ..."  # the statement goes on over more lines
+    return locate(where["line"]) + (f" ({code})" if code else "")
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:

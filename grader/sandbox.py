@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import linecache
 import os
 import resource
 import select
@@ -48,6 +49,9 @@ class Limits:
     memory_bytes: int = 2 * 2**30
 
 
+WORKER_VARIABLE = "MHA_COURSE_WORKER"  # set in workers (and what they start)
+
+
 class WorkerDied(Exception):
     """The worker stopped answering: ``reason`` says how, in words."""
 
@@ -74,6 +78,109 @@ class _ForbiddenCalls(TorchFunctionMode):
             self.used = self.used or name  # recorded even if the student catches the error
             raise RuntimeError(f"{name} may not be used in this exercise")
         return func(*args, **(kwargs or {}))
+
+
+class _DeviceTracker(TorchFunctionMode):
+    """Finds the tensors that would sit on the wrong device on a GPU, on any machine.
+
+    Every tensor is either on the inputs' device or made on a fixed one:
+    made by a factory call without ``device=`` (``torch.ones(T, T)``), at
+    import time (a module-level constant), or computed from such tensors
+    only. On a GPU the latter stay on the CPU, and an operation that mixes
+    them with the inputs fails. This mode follows every torch call of the
+    student's function on the CPU and records the first such mix, or notes
+    that the answer itself would come back on the CPU.
+
+    Exemptions follow PyTorch: a tensor with no dimensions may meet any
+    device, and indexing accepts CPU indices. Parameters and buffers are on
+    the inputs' device, where the grader moves the student's module.
+    """
+
+    _FIXED = "_grader_fixed_device"  # attribute: where a tensor was made, or None
+    _INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+        self.mixed: dict | None = None  # the first mix: {"line", "code", "made": [...]}
+
+    def mark_inputs(self, values) -> None:
+        """The call's arguments are on the inputs' device by definition."""
+        for value in _flatten(values):
+            if isinstance(value, torch.Tensor):
+                setattr(value, self._FIXED, None)
+
+    @classmethod
+    def fixed(cls, tensor: torch.Tensor) -> list | None:
+        """Where ``tensor`` was made on a fixed device (student lines,
+        innermost first); None if it follows the inputs."""
+        if isinstance(tensor, torch.nn.Parameter):
+            return None
+        made = getattr(tensor, cls._FIXED, False)
+        return [] if made is False else made  # never seen: made at import
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        tensors = [t for t in _flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if name in self._INDEXING:
+            tensors = tensors[:1]  # x[mask] takes a CPU mask on any device
+        moved = (kwargs.get("device") is not None or name == "cuda"
+                 or name == "to" and any(isinstance(a, (str, torch.device, torch.Tensor)) for a in args[1:]))
+        if moved:
+            made = None
+        elif not tensors:
+            made = self._student_lines()  # a factory call without device=
+        else:
+            fixed = [self.fixed(t) for t in tensors]
+            following = any(f is None for f in fixed)
+            # A CPU tensor with no dimensions may meet the GPU; one with dimensions may not.
+            stuck = [f for t, f in zip(tensors, fixed) if f is not None and t.dim() > 0]
+            if following and stuck and self.mixed is None:
+                where = self._student_lines()
+                self.mixed = {**(where[0] if where else {"line": 0, "code": ""}), "made": stuck[0]}
+            made = None if following else (stuck or [f for f in fixed if f is not None])[0]
+        for output in _flatten(result):
+            if isinstance(output, torch.Tensor) and not isinstance(output, torch.nn.Parameter):
+                with contextlib.suppress(AttributeError, RuntimeError):
+                    setattr(output, self._FIXED, made)
+        return result
+
+    def _student_lines(self) -> list[dict]:
+        """The lines of the student's file on the stack, innermost first (at most 3)."""
+        lines = []
+        frame = sys._getframe(1)
+        while frame is not None and len(lines) < 3:
+            if frame.f_code.co_filename == self.filename:
+                code = linecache.getline(self.filename, frame.f_lineno).strip()
+                lines.append({"line": frame.f_lineno, "code": code[: wire.MAX_TEXT]})
+            frame = frame.f_back
+        return lines
+
+    def problem(self, result: object) -> dict | None:
+        """What would go wrong on a GPU, or None: ``{"kind": "mixed" or
+        "returned", "line", "code": where, "made": [lines where the CPU tensor was made]}``."""
+        if self.mixed is not None:
+            return {"kind": "mixed", **self.mixed}
+        for output in _flatten(result):
+            if isinstance(output, torch.Tensor) and output.dim() > 0:
+                made = self.fixed(output)
+                if made is not None:
+                    return {"kind": "returned", "line": 0, "code": "", "made": made}
+        return None
+
+
+def _flatten(value: object):
+    """The items of nested tuples, lists and dict values."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _flatten(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _flatten(item)
+    else:
+        yield value
 
 
 def _resolve(dotted: str) -> object | None:
@@ -109,6 +216,7 @@ def _describe_error(error: BaseException, filename: str) -> dict:
 def _isolate(submission: Submission, limits: Limits) -> None:
     """Make this freshly forked process a worker: limits, silence, one thread."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
+    os.environ[WORKER_VARIABLE] = "1"  # a check() left in graded code does nothing here
     with contextlib.suppress(OSError, AttributeError):  # Linux only
         # Die with the grader rather than linger as an orphan: PR_SET_PDEATHSIG.
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
@@ -157,6 +265,11 @@ def _run_statements(
     module = types.ModuleType(submission.module_name)
     module.__file__ = str(submission.path)
     sys.modules[submission.module_name] = module
+    # Lines quoted in messages come from the code that runs, not from the
+    # file on disk: a notebook's code is assembled from its cells, and a file
+    # may be saved again while it is graded. (No modification time: kept.)
+    linecache.cache[module.__file__] = (len(submission.source), None,
+                                        submission.source.splitlines(keepends=True), module.__file__)
     for name, problem in submission.broken.items():
         # Whoever calls a function that did not compile learns why.
         module.__dict__[name] = _unparsable(name, problem.line)
@@ -210,7 +323,11 @@ def _unparsable(name: str, line: int):
 
 
 def _serve(module: types.ModuleType, receive, send) -> None:
-    """Answer requests until the grader closes the pipe."""
+    """Answer requests until the grader closes the pipe.
+
+    A request with ``"portability"`` also follows the call's tensors
+    (``_DeviceTracker``) and answers what would go wrong on a GPU.
+    """
     filename = module.__file__
     while True:
         request = receive()
@@ -226,22 +343,29 @@ def _serve(module: types.ModuleType, receive, send) -> None:
                 banned[target] = dotted
         grad = request.get("grad")
         mode = _ForbiddenCalls(banned)
+        tracker = _DeviceTracker(filename) if request.get("portability") else None
         try:
             recipe = request.get("module")
             recipe = ModuleCall.decode(recipe) if recipe is not None else None
             if grad:
                 for index in grad["wrt"]:
                     args[index] = args[index].detach().requires_grad_(True)
-            with mode:
+            if tracker is not None:
+                tracker.mark_inputs([*args, *kwargs.values()])
+            with mode, tracker or contextlib.nullcontext():
                 if recipe is None:
                     result = getattr(module, name)(*args, **kwargs)
                 else:
                     result = run_module_call(module, name, recipe, args, kwargs, device)
             answer = {"ok": True, "value": wire.encode(result)}
+            if tracker is not None:
+                answer["portability"] = tracker.problem(result)
             if grad:
                 answer["grads"] = _gradients(result, args, grad)
         except BaseException as error:
             answer = {"ok": False, "error": _describe_error(error, filename)}
+            if tracker is not None:
+                answer["portability"] = tracker.problem(None)
         if mode.used:
             answer = {"ok": False,
                       "error": {"type": "Forbidden", "message": mode.used, "line": 0, "code": ""}}

@@ -5,6 +5,9 @@ from grader.bugs import KnownBug
 _TOP_LEFT = ("looks like the causal mask is aligned top-left, as is_causal=True in "
              "F.scaled_dot_product_attention (query i sees keys 0..i); here the L queries "
              "are the last L of the S tokens, so query i sees keys 0..i + S - L (bottom-right)")
+_ON_THE_CPU = ("looks like the mask is built on the CPU (no device=): on a GPU the scores are "
+               "there and masked_fill fails; build it on the scores' device")
+_GPU_FAILURE = r"would (fail on|return a tensor on the CPU when run on) a GPU"
 _SCALE_BY_D_MODEL = ("looks like the scores are divided by sqrt(d_model) instead of sqrt(d), "
                      "the width of one head (D // H)")
 
@@ -24,6 +27,10 @@ BUGS = (
              "looks like the mask is inverted: True must mark the keys a query may attend to "
              "(itself and the past), False the future ones",
              "return ~blocked", "return blocked"),
+    KnownBug("causal_mask", "device-ignored",
+             "looks like the device argument is ignored: the mask must be created on it "
+             "(torch.ones(..., device=device)), or it lands on the CPU while the scores are on the GPU",
+             "dtype=torch.bool, device=device)", "dtype=torch.bool)", error=_GPU_FAILURE),
     # -- causal_self_attention -------------------------------------------------------------
     KnownBug("causal_self_attention", "no-causal-mask",
              "looks like there is no causal mask: every token also attends to the tokens after "
@@ -45,6 +52,9 @@ BUGS = (
              "looks like the padding mask hides padded queries (rows) instead of padded keys "
              "(columns): it must broadcast as (B, 1, 1, T) against the scores (B, H, T, T)",
              "keys[:, None, None, :]", "keys[:, None, :, None]"),
+    KnownBug("causal_self_attention", "mask-on-cpu", _ON_THE_CPU,
+             "mask = causal_mask(length, device=x.device)", "mask = causal_mask(length)",
+             error=_GPU_FAILURE),
     KnownBug("causal_self_attention", "scale-by-d-model", _SCALE_BY_D_MODEL,
              "/ math.sqrt(q.shape[-1])", "/ math.sqrt(x.shape[-1])"),
     # -- attend_with_cache -----------------------------------------------------------------
@@ -73,6 +83,9 @@ BUGS = (
              "looks like the returned cache lacks the new tokens: return the cached keys and "
              "values with the new ones appended, shapes (B, H, T_past + T_new, d)",
              "return heads @ w_o.T, (k, v)", "return heads @ w_o.T, cache"),
+    KnownBug("attend_with_cache", "mask-on-cpu", _ON_THE_CPU,
+             "mask = causal_mask(length, k.shape[-2], device=x_new.device)",
+             "mask = causal_mask(length, k.shape[-2])", error=_GPU_FAILURE),
     KnownBug("attend_with_cache", "scale-by-d-model", _SCALE_BY_D_MODEL,
              "/ math.sqrt(q.shape[-1])", "/ math.sqrt(x_new.shape[-1])"),
 )

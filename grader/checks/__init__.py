@@ -40,6 +40,33 @@ def run_module(submission, name: str, recipe: ModuleCall, *args, **kwargs):
             submission.call_text(name, args, kwargs, module=recipe))
 
 
+def expect_portable(submission, name: str, *args, module: ModuleCall | None = None, **kwargs) -> None:
+    """Call ``name`` while the worker follows its tensors: code that makes a
+    tensor on a fixed device (``torch.ones(T, T)`` without ``device=``) and
+    mixes it with the inputs would fail on a GPU. Found on any machine."""
+    submission.call(name, args, kwargs, module=module, portability=True)
+
+
+def portable(name: str, make_args):
+    """One case of a chapter's GPU-portability check: the exercise ``name``
+    called with ``make_args(inputs) -> (args, kwargs)``; a ``module`` entry in
+    kwargs (a ``ModuleCall``) makes it a class's call."""
+    return pytest.param(name, make_args, marks=exercise(name), id=name)
+
+
+def portability_check(cases: list):
+    """A chapter's check that its exercises would run on a GPU, one case each
+    (``portable(...)``): assign it to a ``test_`` name in the chapter's file."""
+
+    @pytest.mark.parametrize("name, make_args", cases)
+    def check(submission, inputs, name, make_args):
+        """would run on a GPU too: makes no tensor on a fixed device (e.g. without device=)"""
+        args, kwargs = make_args(inputs)
+        expect_portable(submission, name, *args, **kwargs)
+
+    return check
+
+
 def reference_module_call(reference, name: str, recipe: ModuleCall, *args, **kwargs):
     """The reference's answer to the same module call (computed here)."""
     return run_module_call(reference, name, recipe, args, kwargs)

@@ -17,6 +17,8 @@ from grader.checks import (
     expect_attention,
     expect_gradients,
     oracles,
+    portability_check,
+    portable,
     run,
     run_with_gradients,
 )
@@ -370,3 +372,16 @@ def test_attention_numpy_with_mask_matches_pytorch(submission, inputs, dtype):
     output, weights = oracles.attention(*(torch.from_numpy(a) for a in (q, k, v)), torch.from_numpy(mask))
     expect_attention(got, (output.numpy(), weights.numpy()), f"{call} (query [1, 2] fully masked)",
                       reference="PyTorch")
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+# A tensor made without device= stays on the CPU on a GPU machine; the
+# worker's device tracking shows where, on any machine.
+test_would_run_on_a_gpu = portability_check([
+    portable("softmax", lambda inputs: ((inputs.randn(2, 3, 5),), {})),
+    portable("scaled_dot_product_attention", lambda inputs: (
+        _qkv(inputs, (2, 4, 8), (2, 6, 8), (2, 6, 3)), {"mask": inputs.mask(4, 6)})),
+    portable("self_attention", lambda inputs: (
+        (inputs.randn(2, 5, 8), *_projections(inputs, 8, 4, 6)), {"mask": inputs.mask(5, 5)})),
+])

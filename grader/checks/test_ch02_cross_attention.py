@@ -23,6 +23,8 @@ from grader.checks import (
     expect_attention,
     expect_gradients,
     oracles,
+    portability_check,
+    portable,
     run,
     run_with_gradients,
 )
@@ -489,3 +491,17 @@ def test_cross_attention_gradients(submission, inputs, lengths):
     expected = oracles.gradients(lambda *t: _cross_oracle(*t, lengths)[0], [x, context, *weights],
                                  [0, 1, 2, 3, 4], upstream)
     expect_gradients(grads, expected, ("x", "context", "w_q", "w_k", "w_v"), call)
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+# A tensor made without device= stays on the CPU on a GPU machine; the
+# worker's device tracking shows where, on any machine.
+test_would_run_on_a_gpu = portability_check([
+    portable("padding_mask", lambda inputs: ((_lengths(3, 5, 0),), {"max_len": 6})),
+    portable("convert_mask", lambda inputs: ((inputs.mask(2, 4, 5), "attend", "additive"), {})),
+    portable("combine_masks", lambda inputs: (_combine_inputs(inputs, ("", (5, 2), 3, "shared")), {})),
+    portable("cross_attention", lambda inputs: (
+        (lambda x, context, weights, lengths: ((x, context, *weights), {"context_lengths": lengths}))(
+            *_cross_inputs(inputs, CROSS_CASES[1])))),
+])

@@ -23,6 +23,8 @@ from grader.checks import (
     expect_attention,
     expect_gradients,
     oracles,
+    portability_check,
+    portable,
     reference_module_call,
     run,
     run_module,
@@ -669,3 +671,22 @@ def test_parameter_count_does_not_depend_on_heads(submission, bugs):
         got, call = run(submission, "parameter_count", 12, heads)
         _expect_count(got, one_head, call, bugs.parameter_count(12, heads),
                       "your count for 1 head: heads split the projections, they add no parameters")
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+# A tensor made without device= stays on the CPU on a GPU machine; the
+# worker's device tracking shows where, on any machine.
+test_would_run_on_a_gpu = portability_check([
+    portable("split_heads", lambda inputs: ((inputs.randn(2, 5, 8), 2), {})),
+    portable("merge_heads", lambda inputs: ((inputs.randn(2, 2, 5, 4),), {})),
+    portable("multi_head_attention", lambda inputs: (
+        _mha_inputs(inputs, MHA_CASES[1]), {"mask": inputs.mask(5, 7)})),
+    portable("MultiHeadAttention", lambda inputs: (
+        (inputs.randn(2, 5, 8),),
+        {"mask": inputs.mask(5, 5), "need_weights": True,
+         "module": _recipe(_module_state(inputs, 8), 8, 2)})),
+    portable("torch_multihead_forward", lambda inputs: (
+        _torch_inputs(inputs, TORCH_CASES[1])[0],
+        {"key_padding_mask": ~inputs.mask(2, 5), "batch_first": True})),
+])

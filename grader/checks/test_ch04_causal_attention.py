@@ -10,7 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.checks import case_ids, exercise, expect_gradients, oracles, run, run_with_gradients
+from grader.checks import (
+    case_ids,
+    exercise,
+    expect_gradients,
+    oracles,
+    portability_check,
+    portable,
+    run,
+    run_with_gradients,
+)
 from grader.compare import (
     CheckFailure,
     describe,
@@ -447,3 +456,18 @@ def test_attend_with_cache_holds_every_token(submission, bugs, inputs):
                      reference=f"the keys of tokens 0..{stop - 1}, x @ w_k.T split into heads")
         expect_close(v, all_v[:, :, :stop], f"the value cache returned by {call}", bugs=_at(lookalikes, 1, 1),
                      reference=f"the values of tokens 0..{stop - 1}, x @ w_v.T split into heads")
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+# A mask built without device= lives on the CPU and breaks on a GPU; the
+# worker's device tracking shows that on any machine.
+test_would_run_on_a_gpu = portability_check([
+    portable("causal_mask", lambda inputs: ((4, 6), {"device": "cpu"})),
+    portable("causal_self_attention", lambda inputs: (
+        (inputs.randn(2, 5, 8), 2, *_weights(inputs, 8, 8, 8, 8)),
+        {"lengths": torch.tensor([5, 3])})),
+    portable("attend_with_cache", lambda inputs: (
+        (inputs.randn(2, 2, 8), 2, *_weights(inputs, 8, 8, 8, 8)),
+        {"cache": _random_cache(inputs, 2, 3, 2, 8, 8)})),
+])

@@ -20,7 +20,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.checks import case_ids, exercise, expect_gradients, oracles, run, run_with_gradients
+from grader.checks import (
+    case_ids,
+    exercise,
+    expect_gradients,
+    oracles,
+    portability_check,
+    portable,
+    run,
+    run_with_gradients,
+)
 from grader.compare import expect_close, expect_like, expect_true
 
 # -- inputs ----------------------------------------------------------------------------
@@ -503,3 +512,18 @@ def test_rope_attention_gradients(submission, inputs):
         lambda w_q, w_k, w_v, w_o, x: _attention_oracle(x, w_q, w_k, w_v, w_o, num_heads, positions, theta),
         tensors, [0, 1, 2, 3, 4], upstream)
     expect_gradients(grads, expected, ("w_q", "w_k", "w_v", "w_o", "x"), call)
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+# A tensor made without device= stays on the CPU on a GPU machine; the
+# worker's device tracking shows where, on any machine.
+test_would_run_on_a_gpu = portability_check([
+    portable("rope_angles", lambda inputs: ((_positions(inputs, "gaps", (2, 5)), 8), {})),
+    portable("apply_rope", lambda inputs: (_rope_inputs(inputs, ROPE_CASES[2]), {})),
+    portable("apply_rope_half", lambda inputs: (_rope_inputs(inputs, ROPE_CASES[2]), {})),
+    portable("adjacent_to_half_permutation", lambda inputs: ((8,), {"device": "cpu"})),
+    portable("rope_self_attention", lambda inputs: (
+        (lambda args, positions: (args, {"token_positions": positions}))(
+            *_attention_inputs(inputs, ATTENTION_CASES[2])))),
+])

@@ -1,0 +1,302 @@
+"""Chapter notebooks: written from the course's sources, read back as code.
+
+A chapter's notebook is built from three sources: the lesson
+(``chapters/NN_topic/README.md``, one markdown cell per section), the
+chapter's code (the stub, or the solution for instructors: a setup cell with
+its imports, then one cell per exercise) and ``chapters/NN_topic/notebook.py``
+(a "try it" cell after each exercise and a plot cell). The last cell grades
+the saved notebook.
+
+Tags in each cell's metadata say what it is. When a notebook is graded, the
+code cells run in a worker as one module, except those tagged ``try``,
+``plot`` and ``grade``: trying, plotting and grading are not the student's
+answer. IPython syntax (``%timeit``, ``!pip``) is blanked with a note, since
+the worker runs plain Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from grader.catalog import Chapter
+
+SETUP, EXERCISE, TRY, PLOT, GRADE, LESSON = "setup", "exercise", "try", "plot", "grade", "lesson"
+NOT_GRADED = frozenset({TRY, PLOT, GRADE})  # cells whose code is never run by the grader
+METADATA_KEY = "mha_course"  # cell and notebook metadata: {"exercise": name} / {"chapter": id}
+CELL_MARK = re.compile(r"^# %% (try (\w+)|plot)\s*$")
+
+
+class NotebookError(ValueError):
+    """A notebook that cannot be read; the message is one line for the student."""
+
+
+# -- writing ------------------------------------------------------------------
+
+
+def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exercises") -> str:
+    """The chapter's notebook as JSON text, the same bytes for the same sources.
+
+    Args:
+        chapter: the chapter.
+        code: the chapter's module: the stub, or the solution.
+        root: the course folder (lessons and extra cells are read from it).
+        edition: "exercises" or "solutions", recorded in the metadata.
+    """
+    folder = root / "chapters" / chapter.folder
+    extra = extra_cells(folder / "notebook.py")
+    cells: list[nbformat.NotebookNode] = []
+
+    def add(cell: nbformat.NotebookNode, kind: str, exercise: str | None = None) -> None:
+        cell.id = f"{kind}-{len(cells):02d}"  # stable ids: the build writes the same file twice
+        cell.metadata["tags"] = [kind]
+        if exercise:
+            cell.metadata[METADATA_KEY] = {"exercise": exercise}
+        cells.append(cell)
+
+    sections = lesson_sections((folder / "README.md").read_text(encoding="utf-8"), chapter)
+    add(nbformat.v4.new_markdown_cell(sections[0] + "\n\n" + _how_to(chapter)), LESSON)
+    for section in sections[1:]:
+        add(nbformat.v4.new_markdown_cell(section), LESSON)
+    setup, parts = split_code(code, [exercise.name for exercise in chapter.exercises])
+    add(nbformat.v4.new_markdown_cell("## Exercises\n\nRun this cell first: the imports every "
+                                      "exercise uses, and the chapter's conventions."), LESSON)
+    add(nbformat.v4.new_code_cell(setup), SETUP)
+    for exercise in chapter.exercises:
+        add(nbformat.v4.new_markdown_cell(
+            f"### `{exercise.name}` ({exercise.points} point{'s' * (exercise.points != 1)})\n\n"
+            f"{exercise.summary[0].upper()}{exercise.summary[1:]}."), LESSON)
+        add(nbformat.v4.new_code_cell(parts[exercise.name]), EXERCISE, exercise.name)
+        if exercise.name in extra:
+            add(nbformat.v4.new_code_cell(extra[exercise.name]), TRY, exercise.name)
+    if "plot" in extra:
+        add(nbformat.v4.new_markdown_cell("## Look at the weights\n\nDrawn from your own functions."),
+            LESSON)
+        add(nbformat.v4.new_code_cell(extra["plot"]), PLOT)
+    add(nbformat.v4.new_markdown_cell(
+        "## Grade\n\nSave the notebook first: the grader reads the saved file, not this "
+        "kernel's variables, and runs it in a separate process."), LESSON)
+    add(nbformat.v4.new_code_cell(f'from grader import check\n\ncheck("{chapter.id}")'), GRADE)
+    notebook = nbformat.v4.new_notebook(cells=cells, metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+        METADATA_KEY: {"chapter": chapter.id, "edition": edition},
+    })
+    nbformat.validate(notebook)
+    return nbformat.writes(notebook) + "\n"
+
+
+def _how_to(chapter: Chapter) -> str:
+    return (f"> **How to use this notebook.** The lesson comes first, then one code cell per "
+            f"exercise: replace `raise NotImplementedError` with your code, run the cell and the "
+            f"\"try it\" cell under it. The last cell grades the saved notebook, as "
+            f"`mha-course grade {chapter.module}.ipynb` does. Try and plot cells are never "
+            f"graded; your own extra cells are (keep them to definitions).")
+
+
+def lesson_sections(readme: str, chapter: Chapter) -> list[str]:
+    """The lesson split at its ``## `` headings (never inside a code block),
+    with relative links pointing from ``exercises/`` into the chapter's folder."""
+    sections, current, fenced = [], [], False
+    for line in readme.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if line.startswith("## ") and not fenced and current:
+            sections.append("\n".join(current).strip())
+            current = []
+        current.append(line)
+    sections.append("\n".join(current).strip())
+    prefix = f"../chapters/{chapter.folder}/"
+
+    def relink(match: re.Match) -> str:
+        target = match.group(2)
+        if re.match(r"[a-z]+:|#|/", target):
+            return match.group(0)
+        return f"{match.group(1)}({_normalise(prefix + target)})"
+
+    return [re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", relink, section) for section in sections if section]
+
+
+def _normalise(path: str) -> str:
+    """``../chapters/02_x/../01_y/README.md`` -> ``../chapters/01_y/README.md``."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == ".." and parts and parts[-1] != "..":
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return "/".join(parts)
+
+
+def split_code(code: str, exercises: list[str]) -> tuple[str, dict[str, str]]:
+    """A chapter module cut into its setup (everything before the first
+    exercise) and one part per exercise (its definition and what follows it
+    up to the next exercise; comments just above a definition go with it)."""
+    lines = code.splitlines()
+    starts = {}
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in exercises:
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            while start > 0 and lines[start - 1].startswith("#"):
+                start -= 1
+            starts[node.name] = start
+    missing = [name for name in exercises if name not in starts]
+    if missing:
+        raise ValueError(f"the chapter's code defines no {', '.join(missing)}")
+    order = sorted(starts, key=starts.get)
+    bounds = [starts[name] for name in order] + [len(lines)]
+    parts = {name: "\n".join(lines[bounds[i]:bounds[i + 1]]).strip("\n") for i, name in enumerate(order)}
+    return "\n".join(lines[: bounds[0]]).strip("\n"), parts
+
+
+def extra_cells(path: Path) -> dict[str, str]:
+    """``{exercise: try cell, "plot": plot cell}`` from a chapter's ``notebook.py``
+    (cells start at ``# %% try NAME`` and ``# %% plot`` lines)."""
+    if not path.exists():
+        return {}
+    cells: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        mark = CELL_MARK.match(line)
+        if mark:
+            current = cells.setdefault(mark.group(2) or "plot", [])
+        elif current is not None:
+            current.append(line)
+    return {key: "\n".join(lines).strip("\n") for key, lines in cells.items()}
+
+
+# -- reading ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellSpan:
+    """Where one graded code cell sits in the code assembled from a notebook."""
+
+    first_line: int  # its first line in the assembled code, from 1
+    lines: int
+    number: int  # its place among all the notebook's cells, from 1
+    exercise: str | None  # the exercise whose cell it is, if tagged so
+
+
+@dataclass
+class NotebookCode:
+    """The Python a notebook submits, and how to talk about its lines.
+
+    Attributes:
+        source: the graded code cells, in order, one blank line apart.
+        cells: where each of those cells sits in ``source``.
+        notes: what was left out and why (IPython syntax, unreadable cells).
+        exercise_cells: ``{exercise: names the cell tagged for it defines}``.
+    """
+
+    source: str
+    cells: list[CellSpan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    exercise_cells: dict[str, list[str]] = field(default_factory=dict)
+
+    def where(self, line: int) -> str:
+        """``cell 14 (softmax), line 3`` for a line of ``source``."""
+        for cell in self.cells:
+            if cell.first_line <= line < cell.first_line + cell.lines:
+                name = f" ({cell.exercise})" if cell.exercise else ""
+                return f"cell {cell.number}{name}, line {line - cell.first_line + 1}"
+        return f"line {line}"
+
+
+MAGIC = re.compile(r"^\s*([%!]|\w+\s*=\s*[%!])|^\s*[\w.]+\?\??\s*$")
+CELL_MAGICS_OF_PYTHON = ("%%time", "%%timeit", "%%capture")  # their body is still Python
+
+
+def read_notebook(path: Path) -> NotebookCode:
+    """The code a notebook submits; never runs any of it.
+
+    Raises:
+        NotebookError: the file is not a notebook the grader can read.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise NotebookError(f"{path.name} is not UTF-8 text, so not a saved notebook") from None
+    except OSError as error:
+        raise NotebookError(f"cannot read {path.name}: {error.strerror}") from None
+    if not text.strip():
+        raise NotebookError(f"{path.name} is empty: save the notebook from Jupyter and try again")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NotebookError(f"{path.name} is not valid notebook JSON (line {error.lineno}: "
+                            f"{error.msg}); was it saved completely?") from None
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        raise NotebookError(f"{path.name} is JSON but not a Jupyter notebook (no cells)")
+    version = raw.get("nbformat")
+    if not isinstance(version, int) or version not in (3, 4):
+        raise NotebookError(f"{path.name} says it is notebook format {version!r}; the grader reads "
+                            "format 4 (and 3): save it with a current Jupyter")
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception as error:  # nbformat's own errors vary between versions
+        raise NotebookError(f"{path.name} could not be read as a notebook: "
+                            f"{' '.join(str(error).split())[:200]}") from None
+    return notebook_code(notebook)
+
+
+def notebook_code(notebook: nbformat.NotebookNode) -> NotebookCode:
+    """Assemble the graded cells of a parsed notebook into one module's code."""
+    code = NotebookCode(source="")
+    lines: list[str] = []
+    for number, cell in enumerate(notebook.cells, start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        metadata = cell.get("metadata") or {}
+        tags = set(metadata.get("tags") or ())
+        own = metadata.get(METADATA_KEY) or {}
+        exercise = own.get("exercise") if isinstance(own, dict) else None
+        if tags & NOT_GRADED:
+            continue
+        source = cell.get("source") or ""
+        if isinstance(source, list):
+            source = "".join(source)
+        cell_lines, notes = _python_only(source, number)
+        code.notes.extend(notes)
+        if tags & {EXERCISE} and isinstance(exercise, str):
+            code.exercise_cells[exercise] = _defined_names("\n".join(cell_lines))
+        if lines:
+            lines.append("")
+        code.cells.append(CellSpan(len(lines) + 1, len(cell_lines), number,
+                                   exercise if isinstance(exercise, str) else None))
+        lines.extend(cell_lines)
+    code.source = "\n".join(lines) + "\n"
+    return code
+
+
+def _python_only(source: str, number: int) -> tuple[list[str], list[str]]:
+    """A cell's lines with IPython syntax blanked (line numbers kept), and notes."""
+    lines = source.splitlines()
+    first = lines[0].strip() if lines else ""
+    if first.startswith("%%"):
+        if first.split()[0] in CELL_MAGICS_OF_PYTHON:
+            return ["", *lines[1:]], []
+        return [""] * len(lines), [f"cell {number}: skipped, it is a {first.split()[0]} cell, "
+                                   "not Python"]
+    notes = []
+    for index, line in enumerate(lines):
+        if MAGIC.match(line) and not line.lstrip().startswith("#"):
+            notes.append(f"cell {number}, line {index + 1}: skipped the IPython line "
+                         f"{line.strip()[:60]!r}; the grader runs plain Python")
+            lines[index] = ""
+    return lines, notes
+
+
+def _defined_names(source: str) -> list[str]:
+    """The functions and classes a cell defines (none if it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
