@@ -14,6 +14,7 @@ import importlib.util
 from pathlib import Path
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
+from grader.notebooks import notebook_text
 
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
@@ -71,11 +72,21 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
     files: dict[Path, str] = {}
     for chapter in CHAPTERS:
         solution = root / "solutions" / f"{chapter.module}.py"
-        files[root / "exercises" / f"{chapter.module}.py"] = stub_source(
-            solution.read_text(encoding="utf-8"), str(solution.relative_to(root))
-        )
+        stub = stub_source(solution.read_text(encoding="utf-8"), str(solution.relative_to(root)))
+        files[root / "exercises" / f"{chapter.module}.py"] = stub
+        files[root / "exercises" / f"{chapter.module}.ipynb"] = notebook_text(chapter, stub, root)
         if figures:
             files.update(_chapter_figures(chapter, root))
+    return files
+
+
+def solution_notebooks(folder: Path, root: Path = COURSE_ROOT) -> dict[Path, str]:
+    """The chapters' notebooks with the reference code filled in (for
+    instructors), to be written into ``folder``."""
+    files = {}
+    for chapter in CHAPTERS:
+        solution = (root / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions")
     return files
 
 

@@ -43,12 +43,23 @@ def usage_error(message: str) -> NoReturn:
     raise typer.Exit(USAGE_ERROR)
 
 
+SUBMISSION_SUFFIXES = (".py", ".ipynb")
+
+
+def chapter_file(chapter: Chapter, directory: Path) -> Path | None:
+    """The chapter's submission in ``directory``: ``chNN_topic.py`` or
+    ``chNN_topic.ipynb``; with both, the one saved last (the one being worked on)."""
+    found = [directory / f"{chapter.module}{suffix}" for suffix in SUBMISSION_SUFFIXES]
+    found = [path for path in found if path.is_file()]
+    return max(found, key=lambda path: path.stat().st_mtime) if found else None
+
+
 def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path]]:
     """Turn command-line targets into ``(chapter, file)`` pairs.
 
     A target is a chapter (``ch01``, ``1``, ``01_self_attention``), looked up
-    in ``directory``, or a path to a file. No target means every chapter
-    whose file is in ``directory``.
+    in ``directory``, or a path to a ``.py`` or ``.ipynb`` file. No target
+    means every chapter whose file is in ``directory``.
     """
     def folder() -> Path:
         if not directory.is_dir():
@@ -56,26 +67,27 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
         return directory
 
     if not targets:
-        found = [(c, folder() / f"{c.module}.py") for c in CHAPTERS]
-        found = [(c, path) for c, path in found if path.is_file()]
+        found = [(c, chapter_file(c, folder())) for c in CHAPTERS]
+        found = [(c, path) for c, path in found if path is not None]
         if not found:
-            usage_error(f"no exercise files in {directory} (expected names like {CHAPTERS[0].module}.py)")
+            usage_error(f"no exercise files in {directory} (expected names like "
+                        f"{CHAPTERS[0].module}.py or .ipynb)")
         return found
     chosen: dict[str, tuple[Chapter, Path]] = {}
     for target in targets:
         as_path = Path(target)
         try:
             if as_path.suffix or as_path.is_file():
-                if as_path.suffix != ".py":
-                    usage_error(f"{target}: only .py files can be graded")
+                if as_path.suffix not in SUBMISSION_SUFFIXES:
+                    usage_error(f"{target}: only .py files and .ipynb notebooks can be graded")
                 if not as_path.is_file():
                     usage_error(f"no such file: {target}")
                 chapter, path = chapter_for_file(as_path), as_path
             else:
                 chapter = find_chapter(target)
-                path = folder() / f"{chapter.module}.py"
-                if not path.is_file():
-                    usage_error(f"no file {path} for {chapter.id}")
+                path = chapter_file(chapter, folder())
+                if path is None:
+                    usage_error(f"no file {folder() / chapter.module}.py (or .ipynb) for {chapter.id}")
         except UnknownChapter as error:
             usage_error(str(error))
         if chapter.id in chosen and chosen[chapter.id][1].resolve() != path.resolve():
@@ -103,7 +115,8 @@ def _device(choice: Device):
 @app.command()
 def grade(
     targets: Annotated[list[str] | None, typer.Argument(
-        help="Chapters (ch01, 1, 01_self_attention) or .py files; none means every chapter found.",
+        help="Chapters (ch01, 1, 01_self_attention), .py files or .ipynb notebooks; none means "
+        "every chapter found (of a .py and an .ipynb, the one saved last).",
         show_default=False)] = None,
     directory: Annotated[Path | None, typer.Option(
         "--dir", help="Folder holding the submission.  \\[default: exercises/]",
@@ -167,22 +180,33 @@ def list_exercises() -> None:
 def build(
     check: Annotated[bool, typer.Option(
         "--check", help="Write nothing; exit 1 if a generated file is out of date.")] = False,
+    with_solutions: Annotated[Path | None, typer.Option(
+        "--with-solutions", help="Instead, write the notebooks with the reference code filled in "
+        "into this folder.", show_default=False)] = None,
 ) -> None:
     """Write exercises/ and the lessons' figures from solutions/ (for course authors)."""
-    from grader.build import MarkerError, generated_files, stale_files, write_files
+    from grader.build import MarkerError, generated_files, solution_notebooks, stale_files, write_files
 
+    if with_solutions is not None and check:
+        usage_error("use either --check or --with-solutions, not both")
+    if with_solutions is not None and with_solutions.exists() and not with_solutions.is_dir():
+        usage_error(f"{with_solutions} exists and is not a folder")
     try:
-        files = generated_files()
-    except (MarkerError, OSError) as error:
+        files = solution_notebooks(with_solutions) if with_solutions else generated_files()
+    except (MarkerError, OSError, ValueError) as error:
         usage_error(str(error))
     if check:
         stale = stale_files(files)
         for path in stale:
             stderr.print(f"out of date: {path.relative_to(COURSE_ROOT)}", highlight=False)
         raise typer.Exit(1 if stale else 0)
-    changed = write_files(files)
+    try:
+        changed = write_files(files)
+    except OSError as error:
+        usage_error(f"cannot write {error.filename}: {error.strerror}")
     for path in changed:
-        stdout.print(f"wrote {path.relative_to(COURSE_ROOT)}", highlight=False)
+        shown = path.relative_to(COURSE_ROOT) if path.is_relative_to(COURSE_ROOT) else path
+        stdout.print(f"wrote {shown}", highlight=False)
     stdout.print(f"{len(files)} generated files, {len(changed)} changed.")
 
 

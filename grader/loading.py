@@ -2,10 +2,12 @@
 
 The grader's own process never executes student code: it only reads the file
 and parses it. A notebook is first assembled into one module's code from its
-graded cells (``grader.notebooks``); from then on it is graded like a file. A syntax error should cost only the function it sits in, so a
-file that does not parse is repaired: the top-level block holding the error
-(a ``def`` with its decorators, or one statement) is blanked out, its name
-recorded as broken, and the rest parsed again.
+graded cells (``grader.notebooks``); from then on it is graded like a file.
+
+A syntax error should cost only the function it sits in, so a file that does
+not parse is repaired: the top-level block holding the error (a ``def`` with
+its decorators, or one statement) is blanked out, its name recorded as
+broken, and the rest parsed again.
 """
 
 from __future__ import annotations

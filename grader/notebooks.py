@@ -50,6 +50,10 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
     """
     folder = root / "chapters" / chapter.folder
     extra = extra_cells(folder / "notebook.py")
+    unknown = sorted(set(extra) - {exercise.name for exercise in chapter.exercises} - {"plot"})
+    if unknown:
+        raise ValueError(f"chapters/{chapter.folder}/notebook.py tries {', '.join(unknown)}, "
+                         f"which {chapter.id} has no exercise of")
     cells: list[nbformat.NotebookNode] = []
 
     def add(cell: nbformat.NotebookNode, kind: str, exercise: str | None = None) -> None:
@@ -179,8 +183,7 @@ class CellSpan:
 
     first_line: int  # its first line in the assembled code, from 1
     lines: int
-    number: int  # its place among all the notebook's cells, from 1
-    exercise: str | None  # the exercise whose cell it is, if tagged so
+    label: str  # how the student finds it: "cell 14 (softmax)", "cells 14+15 (softmax)"
 
 
 @dataclass
@@ -190,7 +193,7 @@ class NotebookCode:
     Attributes:
         source: the graded code cells, in order, one blank line apart.
         cells: where each of those cells sits in ``source``.
-        notes: what was left out and why (IPython syntax, unreadable cells).
+        notes: what was left out or joined, and why.
         exercise_cells: ``{exercise: names the cell tagged for it defines}``.
     """
 
@@ -203,9 +206,20 @@ class NotebookCode:
         """``cell 14 (softmax), line 3`` for a line of ``source``."""
         for cell in self.cells:
             if cell.first_line <= line < cell.first_line + cell.lines:
-                name = f" ({cell.exercise})" if cell.exercise else ""
-                return f"cell {cell.number}{name}, line {line - cell.first_line + 1}"
+                return f"{cell.label}, line {line - cell.first_line + 1}"
         return f"line {line}"
+
+
+@dataclass
+class _Cell:
+    numbers: list[int]  # more than one when split cells were joined back
+    exercise: str | None
+    lines: list[str]
+
+    @property
+    def label(self) -> str:
+        name = f" ({self.exercise})" if self.exercise else ""
+        return f"cell{'s' * (len(self.numbers) > 1)} {'+'.join(map(str, self.numbers))}{name}"
 
 
 MAGIC = re.compile(r"^\s*([%!]|\w+\s*=\s*[%!])|^\s*[\w.]+\?\??\s*$")
@@ -248,30 +262,72 @@ def read_notebook(path: Path) -> NotebookCode:
 def notebook_code(notebook: nbformat.NotebookNode) -> NotebookCode:
     """Assemble the graded cells of a parsed notebook into one module's code."""
     code = NotebookCode(source="")
-    lines: list[str] = []
+    cells: list[_Cell] = []
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.get("cell_type") != "code":
             continue
         metadata = cell.get("metadata") or {}
         tags = set(metadata.get("tags") or ())
-        own = metadata.get(METADATA_KEY) or {}
-        exercise = own.get("exercise") if isinstance(own, dict) else None
         if tags & NOT_GRADED:
             continue
+        own = metadata.get(METADATA_KEY)
+        exercise = own.get("exercise") if isinstance(own, dict) else None
         source = cell.get("source") or ""
         if isinstance(source, list):
             source = "".join(source)
-        cell_lines, notes = _python_only(source, number)
+        lines, notes = _python_only(source, number)
         code.notes.extend(notes)
-        if tags & {EXERCISE} and isinstance(exercise, str):
-            code.exercise_cells[exercise] = _defined_names("\n".join(cell_lines))
+        cells.append(_Cell([number], exercise if isinstance(exercise, str) else None, lines))
+        if EXERCISE in tags and isinstance(exercise, str):
+            code.exercise_cells[exercise] = _defined_names("\n".join(lines))
+    lines: list[str] = []
+    for cell in _join_split_cells(cells, code.notes):
         if lines:
             lines.append("")
-        code.cells.append(CellSpan(len(lines) + 1, len(cell_lines), number,
-                                   exercise if isinstance(exercise, str) else None))
-        lines.extend(cell_lines)
+        code.cells.append(CellSpan(len(lines) + 1, len(cell.lines), cell.label))
+        lines.extend(cell.lines)
     code.source = "\n".join(lines) + "\n"
     return code
+
+
+def _join_split_cells(cells: list[_Cell], notes: list[str], reach: int = 3) -> list[_Cell]:
+    """Join a cell that does not parse with its neighbours when together they
+    do: Jupyter's "split cell" cuts a function in two, and the first half (a
+    signature and a docstring) may parse on its own while the second cannot."""
+    joined: list[_Cell] = []
+    index = 0
+    while index < len(cells):
+        cell = cells[index]
+        if not _parses(cell.lines):
+            # First with the cell before it (and maybe some after), then with
+            # the cells after it alone.
+            tries = [(True, index + k) for k in range(reach)]
+            tries += [(False, index + k) for k in range(1, reach + 1)]
+            for with_before, last in tries:
+                parts = ([joined[-1]] if with_before and joined else []) + cells[index:last + 1]
+                if last >= len(cells) or len(parts) < 2:
+                    continue
+                together = [line for part in parts for line in part.lines]
+                if _parses(together):
+                    if with_before:
+                        joined.pop()
+                    exercise = next((part.exercise for part in parts if part.exercise), None)
+                    cell = _Cell([n for part in parts for n in part.numbers], exercise, together)
+                    notes.append(f"{cell.label.split(' (')[0]} were graded as one cell: apart "
+                                 "they are not valid Python (a cell split inside a function?)")
+                    index = last
+                    break
+        joined.append(cell)
+        index += 1
+    return joined
+
+
+def _parses(lines: list[str]) -> bool:
+    try:
+        ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _python_only(source: str, number: int) -> tuple[list[str], list[str]]:

@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from grader import wire
 from grader.loading import Submission
 from grader.module_calls import ModuleCall, run_module_call
+from grader.notebook_check import WORKER_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,6 @@ class Limits:
     check_seconds: float = 10.0
     exercise_seconds: float = 40.0
     memory_bytes: int = 2 * 2**30
-
-
-WORKER_VARIABLE = "MHA_COURSE_WORKER"  # set in workers (and what they start)
 
 
 class WorkerDied(Exception):

@@ -1,0 +1,289 @@
+"""Notebooks: built from the single source, graded exactly like the .py files,
+and robust to the ways students edit them."""
+
+import copy
+import json
+import re
+
+import nbformat
+import pytest
+
+from conftest import FAST, result_of, statuses
+from grader.build import solution_notebooks
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.grading import grade
+from grader.notebooks import EXERCISE, GRADE, NOT_GRADED, SETUP, TRY, notebook_code
+
+CH01 = find_chapter("ch01")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def tags(cell) -> set[str]:
+    return set(cell.metadata.get("tags", ()))
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    """The solution-filled notebooks, written by the instructors' build."""
+    folder = tmp_path_factory.mktemp("solved")
+    for path, text in solution_notebooks(folder).items():
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+def read(path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def exercise_cell(notebook, name: str) -> int:
+    return next(i for i, cell in enumerate(notebook.cells)
+                if EXERCISE in tags(cell) and cell.metadata["mha_course"]["exercise"] == name)
+
+
+def grade_notebook(notebook, tmp_path, chapter=CH01, seed=5):
+    path = tmp_path / f"{chapter.module}.ipynb"
+    nbformat.write(notebook, path)
+    return grade([(chapter, path)], limits=FAST, seed=seed)
+
+
+# -- what the build writes -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
+def test_every_chapter_has_a_valid_notebook_with_tagged_cells(chapter):
+    notebook = read(COURSE_ROOT / "exercises" / f"{chapter.module}.ipynb")
+    nbformat.validate(notebook)
+    assert notebook.metadata["mha_course"]["chapter"] == chapter.id
+    exercises = [cell.metadata["mha_course"]["exercise"] for cell in notebook.cells
+                 if EXERCISE in tags(cell)]
+    assert exercises == [exercise.name for exercise in chapter.exercises]
+    tried = [cell.metadata["mha_course"]["exercise"] for cell in notebook.cells if TRY in tags(cell)]
+    assert tried == exercises, "one try-it cell after each exercise"
+    assert tags(notebook.cells[-1]) == {GRADE}
+    assert f'check("{chapter.id}")' in notebook.cells[-1].source
+    assert sum(SETUP in tags(cell) for cell in notebook.cells) == 1
+    for cell in notebook.cells:  # the stub's cells say what to write and no more
+        if EXERCISE in tags(cell):
+            assert "raise NotImplementedError" in cell.source
+
+
+def test_lesson_figures_are_linked_from_the_exercises_folder():
+    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    lesson = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", lesson)
+    assert figures
+    for target in figures:
+        assert target.startswith("../chapters/01_self_attention/figures/")
+        assert (COURSE_ROOT / "exercises" / target).resolve().is_file()
+
+
+def test_the_instructors_notebooks_hold_the_reference_code(solved):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    assert notebook.metadata["mha_course"]["edition"] == "solutions"
+    code = notebook.cells[exercise_cell(notebook, "softmax")].source
+    assert "NotImplementedError" not in code and "BEGIN SOLUTION" in code
+
+
+def test_graded_code_leaves_out_try_plot_and_grade_cells():
+    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    code = notebook_code(notebook).source
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and tags(cell) & NOT_GRADED:
+            assert cell.source not in code
+    assert "check(" not in code
+
+
+# -- graded like the .py -----------------------------------------------------------------
+
+
+def test_notebooks_and_files_get_the_same_verdict_on_every_check(solved):
+    files = [(chapter, COURSE_ROOT / "solutions" / f"{chapter.module}.py") for chapter in CHAPTERS]
+    notebooks = [(chapter, solved / f"{chapter.module}.ipynb") for chapter in CHAPTERS]
+
+    def verdicts(targets):
+        report = grade(targets, seed=11)
+        return [(r.chapter.id, r.exercise.name, c.check, c.outcome, c.kind)
+                for r in report.exercises for c in r.checks]
+
+    from_files = verdicts(files)
+    assert from_files == verdicts(notebooks)
+    assert {outcome for *_, outcome, _ in from_files} == {"passed"}
+
+
+def test_a_failing_notebook_fails_the_same_checks_as_its_file(tmp_path):
+    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    report = grade_notebook(notebook, tmp_path)
+    assert set(statuses(report).values()) == {"not implemented"}
+
+
+# -- students' edits -----------------------------------------------------------------------
+
+
+def test_a_deleted_exercise_cell_costs_that_exercise_only(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    del notebook.cells[exercise_cell(notebook, "softmax_numpy")]
+    report = grade_notebook(notebook, tmp_path)
+    result = result_of(report, "softmax_numpy")
+    assert result.status == "missing"
+    assert "your notebook defines no function softmax_numpy" in result.reason
+    assert "exercise cell seems deleted" in result.reason
+    assert statuses(report)["softmax"] == "passed"
+
+
+def test_a_renamed_function_is_named_in_the_message(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    cell = notebook.cells[exercise_cell(notebook, "softmax")]
+    cell.source = cell.source.replace("def softmax(", "def my_softmax(")
+    report = grade_notebook(notebook, tmp_path)
+    result = result_of(report, "softmax")
+    assert result.status == "missing"
+    assert "defines my_softmax instead: keep the name softmax" in result.reason
+
+
+def test_a_cell_split_inside_a_function_is_joined_back(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax")
+    cell = notebook.cells[index]
+    lines = cell.source.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "BEGIN SOLUTION" in line)
+    second = copy.deepcopy(cell)
+    second.id = "split-second-half"
+    second.metadata = {}  # Jupyter gives the new half its own metadata
+    cell.source, second.source = "".join(lines[:cut]), "".join(lines[cut:])
+    notebook.cells.insert(index + 1, second)
+    report = grade_notebook(notebook, tmp_path)
+    assert set(statuses(report).values()) == {"passed"}
+    assert any(f"cells {index + 1}+{index + 2} were graded as one cell" in note
+               for note in report.notes["ch01"])
+
+
+def test_a_syntax_error_names_the_cell_and_costs_its_exercise(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax_numpy")
+    cell = notebook.cells[index]
+    cell.source = cell.source.replace("def softmax_numpy(", "def softmax_numpy(((")
+    report = grade_notebook(notebook, tmp_path)
+    result = result_of(report, "softmax_numpy")
+    assert result.status == "failed"
+    assert f"cell {index + 1} (softmax_numpy), line " in result.reason
+    assert statuses(report)["softmax"] == "passed"
+
+
+def test_helper_cells_outputs_and_magics(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax")
+    helper = nbformat.v4.new_code_cell("import numpy\n\n%timeit numpy.zeros(3)\n!pip install nothing\n\n"
+                                       "def largest(x, dim):\n    return x.amax(dim=dim, keepdim=True)")
+    notebook.cells.insert(index, helper)  # a student's own cell, untagged, before the exercise
+    cell = notebook.cells[index + 1]
+    cell.source = cell.source.replace("x.amax(dim=dim, keepdim=True)", "largest(x, dim)")
+    assert "largest(x, dim)" in cell.source
+    cell.outputs = [nbformat.v4.new_output("stream", text="tensor([0.1, 0.9])\n")]
+    cell.execution_count = 7
+    report = grade_notebook(notebook, tmp_path)
+    assert set(statuses(report).values()) == {"passed"}
+    notes = report.notes["ch01"]
+    assert any(f"cell {index + 1}, line 3: skipped the IPython line '%timeit" in note for note in notes)
+    assert any("'!pip install nothing'" in note for note in notes)
+
+
+def test_a_check_call_left_in_a_graded_cell_does_not_grade_again(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    notebook.cells.insert(3, nbformat.v4.new_code_cell('from grader import check\ncheck("ch01")'))
+    report = grade_notebook(notebook, tmp_path)
+    assert set(statuses(report).values()) == {"passed"}
+    assert report.seconds < 30
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"cells": [', "is not valid notebook JSON (line 1"),
+    ("", "is empty: save the notebook"),
+    ('{"nbformat": 5, "nbformat_minor": 0, "cells": [], "metadata": {}}', "notebook format 5"),
+    ('{"hello": "world"}', "is JSON but not a Jupyter notebook"),
+    ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}',
+     "could not be read as a notebook"),
+], ids=["truncated", "empty", "future-version", "not-a-notebook", "invalid-cell"])
+def test_a_corrupt_notebook_fails_every_exercise_with_one_line(tmp_path, text, message):
+    path = tmp_path / f"{CH01.module}.ipynb"
+    path.write_text(text, encoding="utf-8")
+    report = grade([(CH01, path)], limits=FAST, seed=1)
+    for result in report.exercises:
+        assert result.status == "failed"
+        assert message in result.reason and "\n" not in result.reason
+
+
+def test_the_command_line_grades_a_notebook_and_says_a_corrupt_one_in_a_line(tmp_path, solved):
+    from test_cli import mha_course
+
+    good = mha_course("grade", str(solved / f"{CH01.module}.ipynb"), "--seed", "3")
+    assert good.returncode == 0, good.stderr
+    assert f"Total: {CH01.points} / {CH01.points} points" in good.stdout
+    broken = tmp_path / f"{CH01.module}.ipynb"
+    broken.write_text(json.dumps({"cells": "oops"}), encoding="utf-8")
+    bad = mha_course("grade", str(broken))
+    assert bad.returncode == 1
+    assert "Traceback" not in bad.stdout + bad.stderr
+
+
+def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
+    from grader.cli import chapter_file
+
+    py = tmp_path / f"{CH01.module}.py"
+    notebook = tmp_path / f"{CH01.module}.ipynb"
+    py.write_text("", encoding="utf-8")
+    notebook.write_text((solved / notebook.name).read_text(encoding="utf-8"), encoding="utf-8")
+    import os
+    os.utime(py, (1_000_000, 1_000_000))
+    assert chapter_file(CH01, tmp_path) == notebook
+    os.utime(notebook, (900_000, 900_000))
+    assert chapter_file(CH01, tmp_path) == py
+
+
+# -- in Jupyter ----------------------------------------------------------------------------
+
+
+def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in a real kernel, in its own folder."""
+    nbclient = pytest.importorskip("nbclient")
+    notebook = read(path)
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                     allow_errors=allow_errors,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    return notebook
+
+
+def grading_output(notebook) -> str:
+    cell = notebook.cells[-1]
+    assert GRADE in tags(cell)
+    return ANSI.sub("", "".join(output.get("text", "") for output in cell.outputs))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
+def test_a_solved_notebook_runs_top_to_bottom_and_grades_full_marks(solved, chapter):
+    notebook = execute(solved / f"{chapter.module}.ipynb", allow_errors=False)
+    assert f"Total: {chapter.points} / {chapter.points} points" in grading_output(notebook)
+
+
+def test_the_stub_notebook_runs_in_jupyter_and_grades_zero(tmp_path):
+    path = tmp_path / f"{CH01.module}.ipynb"
+    path.write_text((COURSE_ROOT / "exercises" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
+    notebook = execute(path, allow_errors=True)  # the try-it cells raise NotImplementedError
+    assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
+
+
+def test_check_grades_the_saved_file_not_the_kernels_objects(solved, tmp_path):
+    """A kernel that patched torch.allclose and defined a working softmax by
+    hand still gets the verdict of the saved notebook, a stub."""
+    stub = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    path = tmp_path / f"{CH01.module}.ipynb"
+    nbformat.write(stub, path)
+    live = copy.deepcopy(stub)
+    live.cells[exercise_cell(live, "softmax")].source = (
+        "import torch\ntorch.allclose = lambda *a, **k: True\n"
+        "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)")
+    live.cells = [cell for cell in live.cells if not tags(cell) & {TRY, "plot"}]
+    nbformat.write(live, tmp_path / "live.ipynb")
+    notebook = execute(tmp_path / "live.ipynb", allow_errors=True)
+    # The grading cell of live.ipynb calls check("ch01"): it finds the saved stub.
+    assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
