@@ -24,8 +24,10 @@ class Exercise:
         name: the function's name in the chapter's module.
         summary: a few words for tables.
         points: what passing every check of the exercise is worth.
-        forbidden: dotted names of library functions the exercise may not call
-            (the thing it asks the student to write).
+        forbidden: dotted names of library functions (or classes, such as
+            ``torch.nn.MultiheadAttention``) the exercise may not call: the
+            thing it asks the student to write. Refused when called, and
+            when found in the exercise's source.
         uses: earlier exercises of the same chapter that it builds on; when
             those fail too, the report says so.
     """
@@ -91,6 +93,7 @@ ATTENTION_CALLS = (
 MULTI_HEAD_CALLS = (
     "torch.nn.functional.multi_head_attention_forward",
     "torch._native_multi_head_attention",
+    "torch.nn.MultiheadAttention",  # found in the source; at run time, by the function it calls
 )
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -114,7 +117,7 @@ CHAPTERS: tuple[Chapter, ...] = (
                 forbidden=ATTENTION_CALLS,
                 uses=("scaled_dot_product_attention",),
             ),
-            Exercise("softmax_numpy", "softmax in NumPy", 1),
+            Exercise("softmax_numpy", "softmax in NumPy", 1, forbidden=("scipy.special.softmax",)),
             Exercise(
                 "scaled_dot_product_attention_numpy",
                 "attention in NumPy",

@@ -23,6 +23,7 @@ from grader.compare import CheckFailure, brief, fail
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
+from grader.static_scan import forbidden_calls
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -65,6 +66,7 @@ class RemoteSubmission:
         self._load_failure: str | None = None
         self._signatures: dict[str, Signature] = {}
         self._exercises: dict[str, _ExerciseState] = {}
+        self._forbidden_found: dict[str, list[tuple[int, str]]] = {}  # static scan, by exercise
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
         self._exercise: str | None = None
@@ -133,6 +135,7 @@ class RemoteSubmission:
         text = self.call_text(function, args, kwargs, module)
         self._refuse_unrunnable(function, module is not None)
         exercise = self._exercise or function
+        self._refuse_forbidden(exercise)
         state = self._exercises.setdefault(exercise, _ExerciseState())
         if state.failure is not None:
             raise state.failure
@@ -209,6 +212,17 @@ class RemoteSubmission:
             raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", "missing")
         if not is_class and kind not in ("function", "class"):
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
+
+    def _refuse_forbidden(self, exercise: str) -> None:
+        """Fail every check of an exercise whose code calls what it may not,
+        found in the source: also on paths the checks' inputs never take."""
+        if exercise not in self._forbidden_found:
+            tree = ast.Module(body=[node for _, _, node in self.submission.statements], type_ignores=[])
+            self._forbidden_found[exercise] = forbidden_calls(tree, exercise, self._forbidden(exercise))
+        if self._forbidden_found[exercise]:
+            line, name = self._forbidden_found[exercise][0]
+            raise CheckFailure(f"{exercise} calls {name}, which this exercise asks you to write "
+                               f"yourself ({self.submission.where(line)})", "forbidden")
 
     def _notebook_hint(self, function: str) -> str:
         """Why a notebook may lack a function: its exercise cell is gone or

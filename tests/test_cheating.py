@@ -98,6 +98,55 @@ def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, d
         result.failed_checks[0].message
 
 
+@pytest.mark.parametrize("definition, called, line", [
+    # On a branch no check's input takes: only reading the source finds it.
+    ("def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return torch.softmax(x, dim)\n"
+     "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+     "    return exps / exps.sum(dim=dim, keepdim=True)\n", "torch.softmax", 3),
+    # Imported under another name, inside the function.
+    ("def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as smooth\n"
+     "    return smooth(x, dim)\n", "torch.nn.functional.softmax", 3),
+    # Through a helper of the file.
+    ("def _normalise(x, dim):\n    import torch.nn.functional as F\n    return F.softmax(x, dim)\n\n"
+     "def softmax(x, dim=-1):\n    return _normalise(x, dim)\n", "torch.nn.functional.softmax", 3),
+], ids=["branch-never-taken", "renamed-import", "helper"])
+def test_forbidden_calls_are_found_in_the_source(grade_source, definition, called, line):
+    source = replace_function(SOLUTION, "softmax", definition)
+    result = result_of(grade_source(source), "softmax")
+    assert result.status == "failed"
+    message = result.failed_checks[0].message
+    start = source.splitlines().index(definition.splitlines()[0]) + 1
+    assert f"softmax calls {called}, which this exercise asks you to write yourself " \
+           f"(line {start + line - 1})" == message
+
+
+def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
+    source = replace_function(SOLUTION, "softmax", '''
+def softmax(x, dim=-1):
+    return getattr(torch, "soft" + "max")(x, dim)
+''')
+    message = result_of(grade_source(source), "softmax").failed_checks[0].message
+    assert "calls torch.softmax, which this exercise asks you to write yourself" in message
+
+
+def test_nn_multihead_attention_is_refused_in_chapter_3(grade_source):
+    from conftest import solution_source
+    from grader.catalog import find_chapter
+
+    source = replace_function(solution_source(find_chapter("ch03")), "torch_multihead_forward", '''
+def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias,
+                            out_proj_weight, out_proj_bias, key_padding_mask=None, batch_first=False):
+    module = nn.MultiheadAttention(query.shape[-1], num_heads, batch_first=batch_first)
+    return module(query, key, value, key_padding_mask=key_padding_mask)[0]
+''')
+    report = grade_source(source, chapter="ch03")
+    result = result_of(report, "torch_multihead_forward")
+    assert result.status == "failed"
+    assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in \
+        result.failed_checks[0].message
+    assert statuses(report)["MultiHeadAttention"] == "passed"
+
+
 def test_catching_the_refusal_does_not_help(grade_source):
     source = replace_function(SOLUTION, "softmax", '''
 def softmax(x, dim=-1):

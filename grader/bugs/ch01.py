@@ -6,13 +6,21 @@ _UNSCALED = "looks like the scores are not multiplied by 1/sqrt(d_k)"
 _OVER_QUERIES = ("looks like the softmax runs over the queries (dim=-2); each query's "
                  "weights must sum to 1 over the keys (dim=-1)")
 _NO_MAX = "looks like the maximum is not subtracted before exp (exp overflows, then NaN)"
+_SUM_OF_EVERYTHING = "looks like you divide by the sum of all entries instead of the sum along dim"
+_LAST_AXIS_SUM = ("looks like the sum runs over the last axis whatever dim says: sum along "
+                  "dim (keepdim=True) so that each slice along dim sums to 1")
 
 BUGS = (
     KnownBug("softmax", "no-max-shift", _NO_MAX,
              "exps = torch.exp(x - shift)", "exps = torch.exp(x)"),
-    KnownBug("softmax", "sum-of-everything",
-             "looks like you divide by the sum of all entries instead of the sum along dim",
+    KnownBug("softmax", "sum-of-everything", _SUM_OF_EVERYTHING,
              "exps.sum(dim=dim, keepdim=True)", "exps.sum()"),
+    KnownBug("softmax", "sum-over-last-axis", _LAST_AXIS_SUM,
+             "exps.sum(dim=dim, keepdim=True)", "exps.sum(dim=-1, keepdim=True)"),
+    KnownBug("softmax", "max-over-last-axis",
+             "looks like the maximum is taken over the last axis whatever dim says: the "
+             "shift must be one number per slice along dim (x.amax(dim=dim, keepdim=True))",
+             "shift = x.amax(dim=dim, keepdim=True)", "shift = x.amax(dim=-1, keepdim=True)"),
     KnownBug("scaled_dot_product_attention", "no-scale", _UNSCALED,
              "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
     KnownBug("scaled_dot_product_attention", "scale-by-d",
@@ -46,11 +54,37 @@ BUGS = (
     KnownBug("self_attention", "query-weights-for-keys",
              "looks like the keys are projected with w_q instead of w_k",
              "k = x @ w_k.T", "k = x @ w_q.T"),
+    KnownBug("self_attention", "mask-not-passed",
+             "looks like the mask is not passed on: hand it to scaled_dot_product_attention "
+             "(mask=mask)",
+             "scaled_dot_product_attention(q, k, v, mask=mask)", "scaled_dot_product_attention(q, k, v)"),
+    KnownBug("self_attention", "queries-and-keys-swapped",
+             "looks like queries and keys are swapped in the call: scaled_dot_product_attention "
+             "takes (q, k, v), and the weights then come out transposed",
+             "scaled_dot_product_attention(q, k, v, mask=mask)",
+             "scaled_dot_product_attention(k, q, v, mask=mask)"),
     KnownBug("softmax_numpy", "no-max-shift", _NO_MAX,
              "exps = np.exp(x - shift)", "exps = np.exp(x)"),
+    KnownBug("softmax_numpy", "sum-of-everything", _SUM_OF_EVERYTHING,
+             "np.sum(exps, axis=axis, keepdims=True)", "np.sum(exps)"),
+    KnownBug("softmax_numpy", "sum-over-last-axis", _LAST_AXIS_SUM,
+             "np.sum(exps, axis=axis, keepdims=True)", "np.sum(exps, axis=-1, keepdims=True)"),
+    KnownBug("softmax_numpy", "no-keepdims",
+             "looks like the sum drops the summed axis (keepdims=False), so it broadcasts "
+             "against the wrong axis of exps: keep it with keepdims=True",
+             "np.sum(exps, axis=axis, keepdims=True)", "np.sum(exps, axis=axis)",
+             error=r"operands could not be broadcast together"),
     KnownBug("scaled_dot_product_attention_numpy", "no-scale", _UNSCALED,
              "scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
     KnownBug("scaled_dot_product_attention_numpy", "softmax-over-queries", _OVER_QUERIES,
              "softmax_numpy(np.where(no_keys, 0, scores), axis=-1)",
              "softmax_numpy(np.where(no_keys, 0, scores), axis=-2)"),
+    KnownBug("scaled_dot_product_attention_numpy", "mask-inverted",
+             "looks like the mask is inverted: True means the query may attend to the key, "
+             "so keep the scores where the mask is True (np.where(mask, scores, -np.inf))",
+             "np.where(mask, scores, -np.inf)", "np.where(mask, -np.inf, scores)"),
+    KnownBug("scaled_dot_product_attention_numpy", "weights-transposed",
+             "looks like the weights are transposed: they have one row per query, "
+             "shape (..., L, S)",
+             "return weights @ v, weights", "return weights @ v, np.swapaxes(weights, -2, -1)"),
 )

@@ -363,7 +363,7 @@ def test_attention_numpy_matches_reference(submission, reference, bugs, inputs, 
 
 @exercise("scaled_dot_product_attention_numpy")
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-def test_attention_numpy_with_mask_matches_pytorch(submission, inputs, dtype):
+def test_attention_numpy_with_mask_matches_pytorch(submission, bugs, inputs, dtype):
     """with a mask, matches F.scaled_dot_product_attention"""
     q, k, v = (inputs.numpy(*shape, dtype=dtype) for shape in ((2, 5, 8), (2, 7, 8), (2, 7, 3)))
     mask = inputs.mask(2, 5, 7).cpu().numpy()
@@ -371,7 +371,7 @@ def test_attention_numpy_with_mask_matches_pytorch(submission, inputs, dtype):
     got, call = run(submission, "scaled_dot_product_attention_numpy", q, k, v, mask=mask)
     output, weights = oracles.attention(*(torch.from_numpy(a) for a in (q, k, v)), torch.from_numpy(mask))
     expect_attention(got, (output.numpy(), weights.numpy()), f"{call} (query [1, 2] fully masked)",
-                      reference="PyTorch")
+                      bugs.scaled_dot_product_attention_numpy(q, k, v, mask=mask), reference="PyTorch")
 
 
 # -- every exercise -----------------------------------------------------------------------
