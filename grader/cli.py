@@ -1,4 +1,4 @@
-"""The ``mha-course`` command: ``grade``, ``list`` and ``build``.
+"""The ``mha-course`` command: ``grade``, ``verify``, ``list`` and ``build``.
 
 Errors in what was asked (an unknown chapter, a missing file or folder) are
 one red line on stderr and exit status 2; a grade exits 0 when every check
@@ -157,6 +157,41 @@ def grade(
     else:
         print_table(report, stdout, verbose)
     raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command()
+def verify(
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the random inputs.  \\[default: a fresh one]", show_default=False)] = None,
+    jobs: Annotated[int, typer.Option(
+        help="Processes grading known bugs side by side.  \\[default: one per core]",
+        show_default=False, min=0)] = 0,
+    matrix: Annotated[bool, typer.Option(
+        "--matrix", help="Also show, for each exercise, which checks catch which known bug.")] = False,
+) -> None:
+    """Prove the checks (for instructors): the reference passes, the stub fails,
+    every known bug is caught, the generated files are up to date."""
+    import secrets
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from grader.grading import GraderError
+    from grader.report import print_verification
+    from grader.verify import verify as run_verify
+
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    columns = (TextColumn("grading known bugs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=stderr, transient=True) as progress:
+            task = progress.add_task("bugs", total=None)
+            result = run_verify(seed, jobs or os.cpu_count() or 1,
+                                lambda done, total: progress.update(task, completed=done, total=total))
+    except GraderError as error:
+        stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
+        raise typer.Exit(3) from None
+    print_verification(result, stdout, matrix)
+    stdout.print(f"seed {seed}", style="dim", highlight=False)
+    raise typer.Exit(0 if result.passed else 1)
 
 
 @app.command("list")

@@ -67,11 +67,14 @@ class GradingPlugin:
     Args:
         submissions: the remote submission of each chapter being graded, by id.
         seed: the run's seed for random inputs.
+        only: names of the exercises whose checks run; None runs them all.
     """
 
-    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int):
+    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int,
+                 only: set[str] | None = None):
         self.submissions = submissions
         self.seed = seed
+        self.only = only
         self.results: list[CheckResult] = []
         self._references: dict[str, object] = {}
 
@@ -113,10 +116,15 @@ class GradingPlugin:
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", "exercise(name): the catalog exercise a check judges")
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Run each exercise's checks together, in catalog order: an exercise
         gets one worker, however its checks are laid out in the file (a
-        chapter's shared checks sit at its end)."""
+        chapter's shared checks sit at its end). Drop those not asked for."""
+        if self.only is not None:
+            dropped = [item for item in items if _exercise_of(item) not in self.only]
+            items[:] = [item for item in items if _exercise_of(item) in self.only]
+            config.hook.pytest_deselected(items=dropped)
+
         def order(item: pytest.Item) -> tuple[int, int]:
             chapter = chapter_of(item.path)
             names = [exercise.name for exercise in chapter.exercises]

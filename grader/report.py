@@ -1,4 +1,5 @@
-"""Show a ``GradeReport``: a rich table for people, JSON for Gradescope.
+"""Show a ``GradeReport``: a rich table for people, JSON for Gradescope;
+and what ``verify`` found.
 
 The JSON follows Gradescope's ``results.json`` schema (top-level ``score``,
 ``max_score``, ``execution_time``, ``output`` and ``tests``, one test per
@@ -15,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grader.catalog import COURSE_ROOT
 from grader.grading import GradeReport
+from grader.verify import ExerciseAudit, Verification
 
 STATUS_STYLE = {
     "passed": ("✓ pass", "green"),
@@ -104,3 +107,70 @@ def results_json(report: GradeReport) -> dict:
 
 def print_json(report: GradeReport) -> None:
     print(json.dumps(results_json(report), indent=2))
+
+
+def print_verification(result: Verification, console: Console, matrix: bool = False) -> None:
+    """``mha-course verify``'s table: per exercise its checks, the reference
+    and the stub against them (✓: passes all, fails all), its known bugs
+    caught, and how many checks catch each (fewest–most); with ``matrix``,
+    checks x bugs for each exercise. Then every gap, one line each."""
+    # Fits 80 columns (a pipe, a CI log): exercises under a row for their chapter.
+    table = Table(title="mha-course verify", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("exercise", no_wrap=True)
+    for name in ("checks", "reference", "stub", "bugs", "per bug"):  # per bug: checks that catch one
+        table.add_column(name, justify="left" if name in ("reference", "stub") else "right",
+                         no_wrap=True, min_width=len(name))
+    chapter = None
+    for audit in result.exercises:
+        if audit.chapter is not chapter:
+            chapter = audit.chapter
+            table.add_row(Text(chapter.id, style="bold"))
+        caught = len(audit.catches) - len(audit.missed_bugs)
+        counts = [len(checks) for checks in audit.catches.values()]
+        table.add_row(
+            audit.exercise.name,
+            str(len(audit.checks)),
+            _ok(not audit.reference_failures, f"{len(audit.reference_failures)} fail"),
+            _ok(not audit.stub_passes, f"{len(audit.stub_passes)} pass"),
+            Text(f"{caught}/{len(audit.catches)}", style="red" if audit.gaps else "green"),
+            f"{min(counts)}–{max(counts)}" if counts else "–",
+        )
+    console.print(table)
+    if matrix:
+        for audit in result.exercises:
+            _print_matrix(audit, console)
+    for audit in result.exercises:
+        for gap in audit.gaps:
+            console.print(Text(f"✗ {audit.chapter.id} {audit.exercise.name}: {gap}", style="red"))
+    for path in result.stale:
+        console.print(Text(f"✗ out of date (run mha-course build): {path.relative_to(COURSE_ROOT)}",
+                           style="red"))
+    checks = sum(len(audit.checks) for audit in result.exercises)
+    bugs = sum(len(audit.catches) for audit in result.exercises)
+    verdict = ("verified", "bold green") if result.passed else ("gaps found", "bold red")
+    console.print(Text.assemble(verdict, f": {len(result.exercises)} exercises, {checks} checks, "
+                                         f"{bugs} known bugs"))
+
+
+def _ok(good: bool, bad: str) -> Text:
+    return Text("✓", style="green") if good else Text(f"✗ {bad}", style="red")
+
+
+def _print_matrix(audit: ExerciseAudit, console: Console) -> None:
+    """Checks as rows, the exercise's known bugs as numbered columns: ● where
+    the check fails with the bug in, so a bug only one check catches shows."""
+    bugs = list(audit.catches)
+    console.print(Text(f"\n{audit.chapter.id} {audit.exercise.name}", style="bold"))
+    for number, bug in enumerate(bugs, start=1):
+        console.print(Text(f"  {number:>2}  {bug}", style="dim"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("check", overflow="ellipsis", no_wrap=True, max_width=44)
+    for number in range(1, len(bugs) + 1):
+        table.add_column(str(number), justify="center", no_wrap=True)
+    for check in audit.checks:
+        table.add_row(Text(check), *("●" if check in audit.catches[bug] else "·" for bug in bugs))
+    table.add_row(Text("checks catching it", style="bold"),
+                  *(Text(str(len(audit.catches[bug])), style="bold" if audit.catches[bug] else "bold red")
+                    for bug in bugs))
+    console.print(table)

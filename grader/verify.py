@@ -1,0 +1,109 @@
+"""``mha-course verify``: prove the checks against the course's own material.
+
+For every exercise: the reference passes every check, the untouched stub
+fails every check, and every known bug of the catalog fails at least one
+check. And the generated files (stubs, notebooks, figures) are what the build
+writes. Each catalog bug is graded on its own, against its exercise's checks
+only, in processes forked from this one (torch is already imported there).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from grader.build import generated_files, stale_files
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
+from grader.grading import grade
+from grader.known_bugs import KNOWN_BUGS, apply_bug
+
+MIN_BUGS = 4  # known bugs an exercise's catalog must hold
+
+
+@dataclass
+class ExerciseAudit:
+    """What ``verify`` found for one exercise; ``gaps`` lists what is wrong."""
+
+    chapter: Chapter
+    exercise: Exercise
+    checks: list[str] = field(default_factory=list)  # titles of the checks that ran on the reference
+    reference_failures: list[str] = field(default_factory=list)  # checks the reference fails
+    stub_passes: list[str] = field(default_factory=list)  # checks the stub passes
+    catches: dict[str, set[str]] = field(default_factory=dict)  # bug name -> checks it fails
+
+    @property
+    def missed_bugs(self) -> list[str]:
+        return [bug for bug, checks in self.catches.items() if not checks]
+
+    @property
+    def gaps(self) -> list[str]:
+        found = [f"the reference fails: {name}" for name in self.reference_failures]
+        found += [f"the stub passes: {name}" for name in self.stub_passes]
+        found += [f"no check catches the known bug {name}" for name in self.missed_bugs]
+        if len(self.catches) < MIN_BUGS:
+            found.append(f"only {len(self.catches)} known bug(s) in the catalog; "
+                         f"at least {MIN_BUGS} are expected")
+        return found
+
+
+@dataclass
+class Verification:
+    exercises: list[ExerciseAudit]
+    stale: list[Path]  # generated files that differ from what the build writes
+
+    @property
+    def passed(self) -> bool:
+        return not self.stale and not any(audit.gaps for audit in self.exercises)
+
+
+def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> Verification:
+    """Grade the references, the stubs and every known bug; check the build.
+
+    Args:
+        seed: seed of the checks' random inputs.
+        jobs: processes grading known bugs side by side.
+        progress: called with ``(bugs graded, bugs in all)`` as they finish.
+    """
+    audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
+    references = grade([(c, COURSE_ROOT / "solutions" / f"{c.module}.py") for c in CHAPTERS], seed=seed)
+    stubs = grade([(c, COURSE_ROOT / "exercises" / f"{c.module}.py") for c in CHAPTERS], seed=seed)
+    for result in references.exercises:
+        audit = audits[result.chapter.id, result.exercise.name]
+        audit.checks = [check.check for check in result.checks if check.outcome != "skipped"]
+        audit.reference_failures = [check.check for check in result.failed_checks]
+    for result in stubs.exercises:
+        audit = audits[result.chapter.id, result.exercise.name]
+        audit.stub_passes = [check.check for check in result.checks if check.outcome == "passed"]
+    tasks = [(chapter.id, index) for chapter in CHAPTERS for index in range(len(KNOWN_BUGS[chapter.id]))]
+    # Forked workers inherit torch, already imported, but not OpenMP's threads:
+    # a forked process that computes on more than one thread hangs in libgomp.
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context,
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        for done, (chapter_id, index, failed) in enumerate(
+                pool.map(_grade_bug, tasks, [seed] * len(tasks)), start=1):
+            bug = KNOWN_BUGS[chapter_id][index]
+            audits[chapter_id, bug.exercise].catches[bug.name] = failed
+            if progress:
+                progress(done, len(tasks))
+    return Verification(list(audits.values()), stale_files(generated_files()))
+
+
+def _grade_bug(task: tuple[str, int], seed: int) -> tuple[str, int, set[str]]:
+    """Grade the reference with one known bug: the checks of its exercise it fails."""
+    chapter_id, index = task
+    chapter = find_chapter(chapter_id)
+    bug = KNOWN_BUGS[chapter_id][index]
+    source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{chapter.module}.py"
+        path.write_text(apply_bug(source, bug), encoding="utf-8")
+        report = grade([(chapter, path)], seed=seed, only={bug.exercise})
+    (result,) = report.exercises
+    return chapter_id, index, {check.check for check in result.failed_checks}

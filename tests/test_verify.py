@@ -1,0 +1,79 @@
+"""``mha-course verify`` proves the course's checks, and reports every gap."""
+
+import pytest
+from rich.console import Console
+
+from grader.bugs import KnownBug
+from grader.catalog import CHAPTERS, find_chapter
+from grader.known_bugs import KNOWN_BUGS
+from grader.report import print_verification
+from grader.verify import MIN_BUGS, ExerciseAudit, verify
+
+# A "bug" that changes nothing: no check can catch it, so verify must say so.
+HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
+                    "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
+
+
+@pytest.fixture(scope="module")
+def verification():
+    """One verify run over the whole course, with the harmless bug added."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
+        return verify(seed=7, jobs=2)
+
+
+def test_every_exercise_is_audited(verification):
+    audited = [(audit.chapter.id, audit.exercise.name) for audit in verification.exercises]
+    assert audited == [(chapter.id, exercise.name) for chapter in CHAPTERS for exercise in chapter.exercises]
+
+
+def test_the_reference_passes_and_the_stub_fails_every_check(verification):
+    for audit in verification.exercises:
+        assert audit.checks, audit.exercise.name
+        assert audit.reference_failures == [], audit.exercise.name
+        assert audit.stub_passes == [], audit.exercise.name
+
+
+def test_every_catalog_bug_is_caught_and_the_harmless_one_is_the_only_gap(verification):
+    gaps = [(audit.exercise.name, gap) for audit in verification.exercises for gap in audit.gaps]
+    assert gaps == [("softmax", "no check catches the known bug harmless-comment")]
+    assert not verification.passed
+    for audit in verification.exercises:
+        expected = [bug.name for bug in KNOWN_BUGS[audit.chapter.id] if bug.exercise == audit.exercise.name]
+        if audit.exercise.name == "softmax":
+            expected.append(HARMLESS.name)
+        assert list(audit.catches) == expected
+        for bug, checks in audit.catches.items():
+            assert checks <= set(audit.checks), f"{bug} is caught by checks that did not run"
+
+
+def test_no_bug_escapes_the_checks_of_its_own_exercise(verification):
+    softmax = next(audit for audit in verification.exercises if audit.exercise.name == "softmax")
+    assert softmax.catches["sum-of-everything"] >= {"matches the reference [3x5-dim0]"}
+    assert softmax.catches["no-max-shift"] == {"stays finite for huge logits [logits-1e2]",
+                                               "stays finite for huge logits [logits-1e4]"}
+
+
+def test_the_table_shows_each_exercise_and_the_gap(verification):
+    console = Console(width=80, record=True, color_system=None)
+    print_verification(verification, console, matrix=True)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    softmax = verification.exercises[0]
+    most = max(len(checks) for checks in softmax.catches.values())
+    softmax_row = next(line for line in lines if line.split()[:1] == ["softmax"])
+    assert softmax_row.split()[1:] == [str(len(softmax.checks)), "✓", "✓", "4/5", f"0–{most}"]
+    assert "✗ ch01 softmax: no check catches the known bug harmless-comment" in lines
+    assert lines[-1].startswith("gaps found: 23 exercises")
+    # The matrix: a numbered legend of the bugs, a row per check, a count per bug.
+    assert "   5  harmless-comment" in lines
+    counts = next(line for line in lines if line.startswith("checks catching it"))
+    assert counts.split()[3:] == [str(len(checks)) for checks in softmax.catches.values()]
+
+
+def test_too_few_known_bugs_is_a_gap():
+    chapter = find_chapter("ch01")
+    audit = ExerciseAudit(chapter, chapter.exercises[0], checks=["a"],
+                          catches={f"bug-{n}": {"a"} for n in range(MIN_BUGS - 1)})
+    assert audit.gaps == [f"only {MIN_BUGS - 1} known bug(s) in the catalog; at least {MIN_BUGS} are expected"]
