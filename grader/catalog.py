@@ -96,6 +96,26 @@ MULTI_HEAD_CALLS = (
     "torch.nn.MultiheadAttention",  # found in the source; at run time, by the function it calls
 )
 
+# The ATen kernels behind the forbidden functions. The worker refuses them at
+# the dispatcher too (a TorchDispatchMode), so a call that steps around the
+# Python-level check (torch.ops.aten._softmax, a disabled TorchFunctionMode)
+# is still caught. A function with no kernel of its own (a Python composition
+# such as F.multi_head_attention_forward) is caught at the Python level only.
+_SOFTMAX_KERNELS = ("aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax")
+KERNELS = {
+    **{name: _SOFTMAX_KERNELS for name in SOFTMAX_CALLS},
+    "torch.nn.functional.scaled_dot_product_attention": (
+        "aten::_safe_softmax",  # the math path on the CPU (torch >= 2.5)
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_fused_attention_overrideable",
+    ),
+    "torch._native_multi_head_attention": ("aten::_native_multi_head_attention",),
+}
+
+
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(
         number=1,

@@ -23,7 +23,7 @@ from grader.compare import CheckFailure, brief, fail
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
-from grader.static_scan import forbidden_calls
+from grader.static_scan import forbidden_calls, is_internal
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -214,15 +214,20 @@ class RemoteSubmission:
             raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
 
     def _refuse_forbidden(self, exercise: str) -> None:
-        """Fail every check of an exercise whose code calls what it may not,
-        found in the source: also on paths the checks' inputs never take."""
+        """Fail every check of an exercise whose code calls what it may not
+        or reaches into torch's internals, found in the source: also on paths
+        the checks' inputs never take."""
         if exercise not in self._forbidden_found:
             tree = ast.Module(body=[node for _, _, node in self.submission.statements], type_ignores=[])
             self._forbidden_found[exercise] = forbidden_calls(tree, exercise, self._forbidden(exercise))
         if self._forbidden_found[exercise]:
             line, name = self._forbidden_found[exercise][0]
+            where = self.submission.where(line)
+            if is_internal(name):
+                raise CheckFailure(f"{exercise} uses {name} ({where}): torch's internals can step "
+                                   f"around the grader's checks, and no exercise needs them", "forbidden")
             raise CheckFailure(f"{exercise} calls {name}, which this exercise asks you to write "
-                               f"yourself ({self.submission.where(line)})", "forbidden")
+                               f"yourself ({where})", "forbidden")
 
     def _notebook_hint(self, function: str) -> str:
         """Why a notebook may lack a function: its exercise cell is gone or

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader import wire
+from grader.catalog import KERNELS
 from grader.loading import Submission
 from grader.module_calls import ModuleCall, run_module_call
 from grader.notebook_check import WORKER_VARIABLE
@@ -75,6 +77,31 @@ class _ForbiddenCalls(TorchFunctionMode):
         if name is not None:
             self.used = self.used or name  # recorded even if the student catches the error
             raise RuntimeError(f"{name} may not be used in this exercise")
+        return func(*args, **(kwargs or {}))
+
+
+class _ForbiddenKernels(TorchDispatchMode):
+    """Refuses the ATen kernels behind the forbidden functions, below every
+    Python-level way around ``_ForbiddenCalls`` (``torch.ops.aten._softmax``,
+    ``torch._C.DisableTorchFunction``)."""
+
+    def __init__(self, banned: dict[str, str]):
+        super().__init__()
+        self.banned = banned  # "aten::_softmax" -> "torch.softmax"
+        self.used: str | None = None
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Else torch wraps the hook for torch.compile, whose first call imports
+        # torch._dynamo: a second in every worker, for code nobody compiles.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in self.banned:
+            kernel = name.replace("::", ".")
+            self.used = self.used or f"{kernel} (the kernel of {self.banned[name]})"
+            raise RuntimeError(f"{kernel} may not be used in this exercise")
         return func(*args, **(kwargs or {}))
 
 
@@ -334,13 +361,16 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         name, device = request["function"], request["device"]
         args = [_on(device, value) for value in wire.decode(request["args"])]
         kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
-        banned = {}
+        banned, kernels = {}, {}
         for dotted in request.get("forbidden", ()):
             target = _resolve(dotted)
             if target is not None:
                 banned[target] = dotted
+            for kernel in KERNELS.get(dotted, ()):
+                kernels.setdefault(kernel, dotted)
         grad = request.get("grad")
         mode = _ForbiddenCalls(banned)
+        below = _ForbiddenKernels(kernels) if kernels else None
         tracker = _DeviceTracker(filename) if request.get("portability") else None
         try:
             recipe = request.get("module")
@@ -350,7 +380,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
                     args[index] = args[index].detach().requires_grad_(True)
             if tracker is not None:
                 tracker.mark_inputs([*args, *kwargs.values()])
-            with mode, tracker or contextlib.nullcontext():
+            with mode, below or contextlib.nullcontext(), tracker or contextlib.nullcontext():
                 if recipe is None:
                     result = getattr(module, name)(*args, **kwargs)
                 else:
@@ -364,9 +394,9 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             answer = {"ok": False, "error": _describe_error(error, filename)}
             if tracker is not None:
                 answer["portability"] = tracker.problem(None)
-        if mode.used:
-            answer = {"ok": False,
-                      "error": {"type": "Forbidden", "message": mode.used, "line": 0, "code": ""}}
+        used = mode.used or (below.used if below is not None else None)
+        if used:
+            answer = {"ok": False, "error": {"type": "Forbidden", "message": used, "line": 0, "code": ""}}
         # Sent back so the grader can tell whether the function changed its inputs.
         answer["args"] = wire.encode(list(args))
         answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}

@@ -215,7 +215,7 @@ def decode(node: object) -> object:
             raise WireError("malformed answer: unknown dtype")
         return dtype
     if kind == "meta":
-        return Foreign("meta tensor", f"shape {tuple(_field(node, 'shape', list))}")
+        return Foreign("tensor on the meta device (a shape, no values)", f"shape {tuple(_field(node, 'shape', list))}")
     if kind == "foreign":
         return Foreign(_field(node, "type", str), _field(node, "text", str))
     raise WireError(f"malformed answer: unknown kind {kind!r}")

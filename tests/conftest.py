@@ -41,6 +41,30 @@ def result_of(report: GradeReport, name: str):
     return next(result for result in report.exercises if result.exercise.name == name)
 
 
+def affected_by(chapter: Chapter, exercise: str) -> set[str]:
+    """The exercise and every exercise that builds on it, directly or not."""
+    found = {exercise}
+    changed = True
+    while changed:
+        changed = False
+        for other in chapter.exercises:
+            if other.name not in found and found.intersection(other.uses):
+                found.add(other.name)
+                changed = True
+    return found
+
+
+def assert_fails_alone(report: GradeReport, exercise: str, chapter: Chapter = CH01) -> str:
+    """``exercise`` failed, every exercise that does not build on it kept its
+    points; returns the first failed check's message."""
+    result = result_of(report, exercise)
+    assert result.status == "failed"
+    for name, status in statuses(report).items():
+        if name not in affected_by(chapter, exercise):
+            assert status == "passed", f"{name} should not be affected"
+    return result.failed_checks[0].message
+
+
 @pytest.fixture
 def grade_source(tmp_path: Path):
     """``grade_source(text)`` grades ``text`` as a chapter 1 submission;

@@ -7,10 +7,20 @@ adds a trick, and must still score what the honest code would.
 import json
 
 import pytest
+import torch
 
-from conftest import SOLUTION, STUB, replace_function, result_of, statuses
+from conftest import SOLUTION, STUB, assert_fails_alone, replace_function, result_of, statuses
 
 STUB_WITH = STUB + "\n"
+
+
+# self_attention returns the values unweighted: wrong, and nothing calls it.
+WRONG_SELF_ATTENTION = replace_function(SOLUTION, "self_attention", """
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    v = x @ w_v.T
+    weights = torch.full(x.shape[:-1] + x.shape[-2:-1], 1.0 / x.shape[-2])
+    return weights @ v, weights
+""")
 
 
 @pytest.mark.parametrize("trick", [
@@ -19,32 +29,44 @@ STUB_WITH = STUB + "\n"
     "torch.testing.assert_close = lambda *a, **k: None\n",
     "import numpy\nnumpy.testing.assert_allclose = lambda *a, **k: None\n"
     "numpy.allclose = lambda *a, **k: True\n",
-    "import pytest\npytest.fail = lambda *a, **k: None\n",
+    "import pytest\npytest.fail = lambda *a, **k: None\n"
+    "import _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n",
     # Pretending the run went well.
     'print("PASSED"); print(\'{"score": 11, "max_score": 11}\')\n',
-    'open("results.json", "w").write(\'{"score": 11}\')\n',
+    'import pathlib\nfor folder in (pathlib.Path.cwd(), pathlib.Path.home()):\n'
+    '    (pathlib.Path(folder) / "results.json").write_text(\'{"score": 11, "tests": []}\')\n',
     # Ending the run "cleanly".
     "import sys\nsys.exit(0)\n",
     "import os\nos._exit(0)\n",
-], ids=["torch-allclose", "numpy-testing", "pytest-fail", "fake-output", "results-json",
+], ids=["torch-allclose", "numpy-testing", "pytest-internals", "fake-output", "results-json",
         "sys-exit", "os-exit"])
-def test_tricks_at_import_score_nothing(grade_source, trick):
+def test_tricks_at_import_turn_no_failure_into_points(grade_source, trick, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a results.json the trick writes lands here, not in the project
+    monkeypatch.setenv("HOME", str(tmp_path))
+    report = grade_source(WRONG_SELF_ATTENTION + "\n" + trick)
+    assert "max abs error" in assert_fails_alone(report, "self_attention")
+    assert report.score == report.max_score - result_of(report, "self_attention").exercise.points
+
+
+def test_tricks_leave_an_untouched_stub_at_zero(grade_source):
+    trick = ("import torch, numpy\ntorch.allclose = lambda *a, **k: True\n"
+             "numpy.allclose = lambda *a, **k: True\nprint('PASSED')\nimport sys\nsys.exit(0)\n")
     report = grade_source(STUB_WITH + trick)
     assert report.score == 0
-    assert not report.passed
+    assert set(statuses(report).values()) == {"not implemented"}
 
 
-@pytest.mark.parametrize("definition", [
+@pytest.mark.parametrize("definition, fragment", [
     # An object equal to everything.
-    '''
+    ('''
 class Anything:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
 def softmax(x, dim=-1):
     return Anything()
-''',
+''', "returned a ch01_self_attention.Anything, expected a torch.Tensor"),
     # A tensor subclass that lies to torch's comparisons.
-    '''
+    ('''
 class Liar(torch.Tensor):
     def __eq__(self, other): return True
     @classmethod
@@ -54,17 +76,17 @@ class Liar(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
-''',
+''', "max abs error"),
     # Exiting "successfully" from inside the function.
-    '''
+    ('''
 def softmax(x, dim=-1):
     import os
     os._exit(0)
-''',
+''', "ended the process (exit status 0)"),
 ], ids=["eq-always-true", "lying-tensor-subclass", "os-exit-in-function"])
-def test_fake_results_do_not_pass(grade_source, definition):
+def test_fake_results_do_not_pass(grade_source, definition, fragment):
     report = grade_source(replace_function(SOLUTION, "softmax", definition))
-    assert statuses(report)["softmax"] == "failed"
+    assert fragment in assert_fails_alone(report, "softmax")
 
 
 def test_a_subclass_that_lies_is_judged_by_its_data(grade_source):
@@ -74,7 +96,7 @@ class Liar(torch.Tensor):
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
 ''')
-    message = result_of(grade_source(source), "softmax").failed_checks[0].message
+    message = assert_fails_alone(grade_source(source), "softmax")
     assert "max abs error" in message and "got 0" in message
 
 
@@ -92,10 +114,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
 ], ids=["torch.softmax", "Tensor.softmax", "log_softmax", "F.sdpa"])
 def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, called):
     report = grade_source(replace_function(SOLUTION, function, definition))
-    result = result_of(report, function)
-    assert result.status == "failed"
-    assert f"calls {called}, which this exercise asks you to write yourself" in \
-        result.failed_checks[0].message
+    message = assert_fails_alone(report, function)
+    assert f"calls {called}, which this exercise asks you to write yourself" in message
 
 
 @pytest.mark.parametrize("definition, called, line", [
@@ -112,9 +132,7 @@ def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, d
 ], ids=["branch-never-taken", "renamed-import", "helper"])
 def test_forbidden_calls_are_found_in_the_source(grade_source, definition, called, line):
     source = replace_function(SOLUTION, "softmax", definition)
-    result = result_of(grade_source(source), "softmax")
-    assert result.status == "failed"
-    message = result.failed_checks[0].message
+    message = assert_fails_alone(grade_source(source), "softmax")
     start = source.splitlines().index(definition.splitlines()[0]) + 1
     assert f"softmax calls {called}, which this exercise asks you to write yourself " \
            f"(line {start + line - 1})" == message
@@ -125,7 +143,7 @@ def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
 def softmax(x, dim=-1):
     return getattr(torch, "soft" + "max")(x, dim)
 ''')
-    message = result_of(grade_source(source), "softmax").failed_checks[0].message
+    message = assert_fails_alone(grade_source(source), "softmax")
     assert "calls torch.softmax, which this exercise asks you to write yourself" in message
 
 
@@ -139,12 +157,9 @@ def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_pro
     module = nn.MultiheadAttention(query.shape[-1], num_heads, batch_first=batch_first)
     return module(query, key, value, key_padding_mask=key_padding_mask)[0]
 ''')
-    report = grade_source(source, chapter="ch03")
-    result = result_of(report, "torch_multihead_forward")
-    assert result.status == "failed"
-    assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in \
-        result.failed_checks[0].message
-    assert statuses(report)["MultiHeadAttention"] == "passed"
+    message = assert_fails_alone(grade_source(source, chapter="ch03"), "torch_multihead_forward",
+                                 find_chapter("ch03"))
+    assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in message
 
 
 def test_catching_the_refusal_does_not_help(grade_source):
@@ -156,7 +171,7 @@ def softmax(x, dim=-1):
         exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
         return exps / exps.sum(dim=dim, keepdim=True)
 ''')
-    assert statuses(grade_source(source))["softmax"] == "failed"
+    assert "calls torch.softmax" in assert_fails_alone(grade_source(source), "softmax")
 
 
 def test_other_exercises_may_use_torch_softmax(grade_source):
@@ -169,6 +184,7 @@ def test_other_exercises_may_use_torch_softmax(grade_source):
 @pytest.mark.parametrize("name, text", [
     ("conftest.py", '''
 import pytest
+import torch
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -179,6 +195,7 @@ def pytest_runtest_makereport(item, call):
 ], ids=["conftest", "pytest.ini", "pyproject"])
 def test_pytest_files_beside_the_submission_are_ignored(grade_source, tmp_path, name, text):
     (tmp_path / name).write_text(text)
+    assert "max abs error" in assert_fails_alone(grade_source(WRONG_SELF_ATTENTION), "self_attention")
     report = grade_source(STUB)
     assert report.score == 0
     assert set(statuses(report).values()) == {"not implemented"}
@@ -195,3 +212,77 @@ def test_json_mode_is_not_fooled_by_printing(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert json.loads(done.stdout)["score"] == 0
+
+
+@pytest.mark.parametrize("definition, kernel, called", [
+    # Neither reading the source nor the torch-function check sees these calls:
+    # the dispatcher does.
+    ('''
+def softmax(x, dim=-1):
+    kernels = getattr(getattr(torch, "op" + "s"), "at" + "en")
+    return getattr(kernels, "_soft" + "max")(x, dim, False)
+''', "aten._softmax", "torch.softmax"),
+    ('''
+def softmax(x, dim=-1):
+    internals = getattr(torch, "_" + "C")
+    with getattr(internals, "DisableTorch" + "Function")():
+        return getattr(torch, "log_soft" + "max")(x, dim).exp()
+''', "aten._log_softmax", "torch.softmax"),
+], ids=["aten-by-name", "torch-function-disabled"])
+def test_a_kernel_behind_a_forbidden_call_is_refused(grade_source, definition, kernel, called):
+    message = assert_fails_alone(grade_source(replace_function(SOLUTION, "softmax", definition)), "softmax")
+    assert f"calls {kernel} (the kernel of {called}), which this exercise asks you to write yourself" in message
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_safe_softmax"), reason="torch < 2.5 has no _safe_softmax")
+def test_scaled_dot_product_attention_reached_around_the_check_is_refused(grade_source):
+    source = replace_function(SOLUTION, "scaled_dot_product_attention", '''
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
+    functional = getattr(torch.nn, "function" + "al")
+    with getattr(getattr(torch, "_" + "C"), "DisableTorch" + "Function")():
+        out = getattr(functional, "scaled_dot_product_" + "attention")(q, k, v, attn_mask=mask, scale=scale)
+    return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
+''')
+    message = assert_fails_alone(grade_source(source), "scaled_dot_product_attention")
+    assert "calls aten._safe_softmax (the kernel of torch.nn.functional.scaled_dot_product_attention)" in message
+
+
+@pytest.mark.parametrize("body, name, line", [
+    ("    with torch._C.DisableTorchFunction():\n        return torch.softmax(x, dim)\n",
+     "torch._C.DisableTorchFunction", 2),
+    ("    from torch.overrides import _pop_mode_temporarily\n    with _pop_mode_temporarily():\n"
+     "        return torch.softmax(x, dim)\n", "torch.overrides._pop_mode_temporarily", 3),
+    ("    return torch.ops.aten._softmax(x, dim, False)\n", "torch.ops.aten._softmax", 2),
+], ids=["DisableTorchFunction", "pop-mode", "torch.ops"])
+def test_torch_internals_are_refused_from_the_source(grade_source, body, name, line):
+    definition = "def softmax(x, dim=-1):\n" + body
+    source = replace_function(SOLUTION, "softmax", definition)
+    line += source.splitlines().index(definition.splitlines()[0])  # the line in the file
+    assert assert_fails_alone(grade_source(source), "softmax") == (
+        f"softmax uses {name} (line {line}): torch's internals can step around the grader's "
+        "checks, and no exercise needs them")
+
+
+def test_internals_at_module_level_cost_the_exercises_that_forbid_something(grade_source):
+    source = SOLUTION + "\nimport torch._C as hidden\nhidden._set_torch_function_mode(None)\n"
+    report = grade_source(source)
+    for name in ("softmax", "scaled_dot_product_attention", "self_attention"):
+        message = result_of(report, name).failed_checks[0].message
+        assert f"{name} uses torch._C._set_torch_function_mode" in message
+
+
+def test_an_object_that_pretends_to_be_a_tensor_is_judged_as_what_it_is(grade_source):
+    source = replace_function(SOLUTION, "softmax", '''
+class Pretender:
+    shape = (7,)
+    dtype = torch.float32
+    @property
+    def __class__(self):
+        return torch.Tensor
+    def __eq__(self, other):
+        return True
+def softmax(x, dim=-1):
+    return Pretender()
+''')
+    message = assert_fails_alone(grade_source(source), "softmax")
+    assert "softmax(x (7,), dim=-1) raised AttributeError" in message

@@ -143,7 +143,11 @@ def softmax_numpy(x, axis=-1):
     ("return 'output', 'weights'", "returned the string 'weights', expected a torch.Tensor"),
     ("return torch.full(x.shape[:-1] + (w_v.shape[0],), float('nan')), "
      "torch.full(x.shape[:-1] + (x.shape[-2],), float('nan'))", "has NaN at"),
-], ids=["none", "tensor", "list", "shape", "dtype", "strings", "nan"])
+    ("out, w = scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T); return out / 0, w",
+     "has inf at"),
+    ("out, w = scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T); "
+     "return out.to('meta'), w", "returned a tensor on the meta device (a shape, no values)"),
+], ids=["none", "tensor", "list", "shape", "dtype", "strings", "nan", "inf", "meta-device"])
 def test_wrong_results_say_what_is_wrong(grade_source, line, fragment):
     report = grade_source(broken_self_attention("import torch", line))
     assert_only_self_attention_fails(report, fragment)

@@ -2,24 +2,11 @@
 
 import pytest
 
-from conftest import SOLUTION, result_of, solution_source, statuses
+from conftest import SOLUTION, affected_by, result_of, solution_source, statuses
 from grader.catalog import CHAPTERS
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
 ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
-
-
-def affected_by(chapter, exercise: str) -> set[str]:
-    """The exercise and every exercise that builds on it, directly or not."""
-    found = {exercise}
-    changed = True
-    while changed:
-        changed = False
-        for other in chapter.exercises:
-            if other.name not in found and found.intersection(other.uses):
-                found.add(other.name)
-                changed = True
-    return found
 
 
 @pytest.mark.parametrize("chapter, bug", ALL_BUGS,
