@@ -107,6 +107,21 @@ def test_process_level_faults_cost_only_their_exercise(grade_source, line, fragm
     assert_only_self_attention_fails(report, fragment)
 
 
+@pytest.mark.parametrize("line, fragment", [
+    ("import ctypes; ctypes.string_at(0)", "crashed with a segmentation fault"),
+    ("hoard = [0] * 10**11", "MemoryError: ran out of memory"),
+    ("raise KeyboardInterrupt", "at import: KeyboardInterrupt"),
+    ("import os; os._exit(3)", "ended the process (exit status 3)"),
+], ids=["segfault", "oom", "KeyboardInterrupt", "os._exit"])
+def test_process_level_faults_at_import_are_skipped_with_a_note(grade_source, line, fragment):
+    source = SOLUTION + "\n" + line + "\n"
+    report = grade_source(source)
+    assert report.passed
+    number = len(source.splitlines())
+    assert any(f"line {number}" in note and fragment in note and "went on without" in note
+               for note in report.notes["ch01"]), report.notes
+
+
 def test_exit_at_module_level_is_skipped(grade_source):
     report = grade_source(SOLUTION + "\nimport sys\nsys.exit(0)\n")
     assert report.passed
