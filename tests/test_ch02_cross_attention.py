@@ -101,6 +101,32 @@ def test_a_mask_missing_its_query_axis_is_silently_wrong_when_b_equals_l_and_nam
     # B != L: the same line raises, and the student sees where.
     loud = failed["matches the reference [B2-L3-S5-dx6-dc4-dk8-dv3-padded]"]
     assert "raised RuntimeError" in loud.message and "masked_fill" in loud.message
+    assert loud.hint == bug.hint  # the first failure a student sees names the mistake too
+
+
+def test_padding_on_the_query_axis_is_named_where_it_raises_too(grade_source):
+    # torch.where with a trailing None: the (B, S, 1) mask hides queries. It
+    # raises where L != S, and gives wrong values where L == S; both say why.
+    source = replace_function(SOLUTION, "cross_attention", '''
+def cross_attention(x, context, w_q, w_k, w_v, context_lengths=None):
+    q, k, v = x @ w_q.T, context @ w_k.T, context @ w_v.T
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if context_lengths is not None:
+        real = padding_mask(context_lengths, context.shape[1])
+        scores = torch.where(real[:, :, None], scores, float("-inf"))
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    return weights @ v, weights
+''')
+    result = result_of(grade_source(source, chapter="ch02"), "cross_attention")
+    hint = _bug("padding-hides-queries").hint
+    assert result.status == "failed" and result.reason.startswith(hint)
+    failed = {check.check: check for check in result.failed_checks}
+    loud = failed["matches the reference [B2-L3-S5-dx6-dc4-dk8-dv3-padded]"]
+    assert "raised RuntimeError" in loud.message and "real[:, :, None]" in loud.message
+    assert loud.hint == hint
+    silent = failed["matches the reference [B2-L4-S4-dx5-dc5-dk3-dv2-padded]"]
+    assert "max abs error" in silent.message and silent.hint == hint
 
 
 def test_weights_from_a_plain_softmax_give_nan_for_an_empty_context(grade_source):

@@ -181,3 +181,54 @@ def test_parameter_count_as_float_is_refused(grade_source):
     assert result.status == "failed"
     assert "expected an int" in messages(result)
 
+
+
+def test_heads_viewed_straight_to_h_t_d_are_named(grade_source):
+    # view without permute: x.view(B, H, T, d) instead of x.view(B, T, H, d).transpose(1, 2).
+    source = edit(SOLUTION, "return x.transpose(-3, -2)  # (..., H, T, d)",
+                  "return x.view(*batch, num_heads, length, width // num_heads)")
+    result = result_of(grade_source(source, chapter="ch03"), "split_heads")
+    assert result.status == "failed"
+    assert "max abs error" in result.failed_checks[0].message  # no error: the values are wrong
+    assert result.reason.startswith("looks like x is viewed (or reshaped) straight to (..., H, T, d)")
+
+
+def test_heads_viewed_straight_in_the_module_are_named_at_each_step(grade_source):
+    # In the module the same view meets a chunk of the fused qkv output, which
+    # is not contiguous: first it raises, then, with .contiguous(), it is wrong.
+    viewed = "t.view(*t.shape[:-2], self.num_heads, t.shape[-2], -1)"
+    source = edit(SOLUTION, "q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))",
+                  f"q, k, v = ({viewed} for t in (q, k, v))")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert "view size is not compatible" in result.failed_checks[0].message
+    assert "a chunk of the fused qkv output" in result.reason and ".contiguous()" in result.reason
+    source = source.replace("t.view(", "t.contiguous().view(")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert "max abs error" in result.failed_checks[0].message
+    assert result.reason.startswith("looks like x is viewed (or reshaped) straight to (..., H, T, d)")
+
+
+def test_merging_in_the_module_without_contiguous_is_named(grade_source):
+    # nanoGPT's y.transpose(1, 2).contiguous().view(B, T, C), .contiguous() forgotten.
+    source = edit(SOLUTION, "output = self.out(merge_heads(weights @ v))",
+                  "output = self.out((weights @ v).transpose(-3, -2).view(*x.shape[:-1], -1))")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert result.status == "failed"
+    assert "view size is not compatible" in result.failed_checks[0].message
+    assert "not contiguous (the heads transposed" in result.reason
+    fixed = source.replace(".transpose(-3, -2).view(", ".transpose(-3, -2).contiguous().view(")
+    assert statuses(grade_source(fixed, chapter="ch03"))["MultiHeadAttention"] == "passed"
+
+
+def test_a_module_that_gives_nan_for_a_query_with_no_key_fails(grade_source):
+    # The plain softmax: right wherever a query keeps a key, NaN where it has none.
+    source = edit(SOLUTION, "        no_keys = torch.isneginf(scores).all(dim=-1, keepdim=True)\n"
+                  "        weights = torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1)"
+                  ".masked_fill(no_keys, 0.0)\n",
+                  "        weights = torch.softmax(scores, dim=-1)\n")
+    result = result_of(grade_source(source, chapter="ch03"), "MultiHeadAttention")
+    assert result.status == "failed"
+    [check] = result.failed_checks
+    assert check.check == "a query whose keys are all masked gets zero weights, not NaN"
+    assert "has NaN" in check.message and "may attend to no key" in check.message
+    assert "zero weights" in check.hint

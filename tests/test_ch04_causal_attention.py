@@ -199,3 +199,21 @@ def test_a_cache_without_the_new_tokens_fails_with_its_shape(grade_source):
     messages = " ".join(_failed(result).values())
     assert "the key cache returned by attend_with_cache" in messages
     assert "has shape (2, 2, 0, 4), expected (2, 2, 4, 4)" in messages
+
+
+def test_an_inline_mask_that_hides_the_diagonal_is_named(grade_source):
+    # The mask written in causal_self_attention itself, with j < i for j <= i:
+    # token 0 sees nothing and every other token misses itself.
+    source = SOLUTION.replace(
+        "    mask = causal_mask(length, device=x.device)  # (T, T), where the scores are\n",
+        "    positions = torch.arange(length, device=x.device)\n"
+        "    mask = positions[None, :] < positions[:, None]  # (T, T)\n")
+    assert source != SOLUTION
+    report = grade_source(source, chapter="ch04")
+    assert statuses(report) == {"causal_mask": "passed", "causal_self_attention": "failed",
+                                "attend_with_cache": "passed"}
+    result = result_of(report, "causal_self_attention")
+    assert result.reason.startswith("looks like the causal mask blocks the diagonal too")
+    failed = _failed(result)
+    gradient = failed["output t has zero gradient with respect to tokens after t (autograd, float64)"]
+    assert "output 0 must depend on itself and the past" in gradient

@@ -162,11 +162,15 @@ def apply_rope(x, token_positions, theta=10000.0):
     # nanochat #264: rotate-half pairs with repeat_interleave'd frequencies lose the relative property
     ("apply_rope_half", "frequencies-interleaved", "q_m . k_n depends only on m - n"),
     ("apply_rope_half", "frequencies-interleaved", "keeps the length of every vector"),
+    # the mirror mix: adjacent pairs with the angles laid out cat([a, a])
+    ("apply_rope", "frequencies-concatenated", "q_m . k_n depends only on m - n"),
+    ("apply_rope", "frequencies-concatenated", "keeps the length of every vector"),
     ("apply_rope", "cos-sin-swapped", "leaves vectors at position 0 unchanged"),
     ("rope_self_attention", "rope-on-values", "shifting every position by the same amount"),
     ("rope_self_attention", "keys-not-rotated", "shifting every position by the same amount"),
     ("rope_self_attention", "not-causal", "changing later tokens changes no earlier output"),
-], ids=["interleaved-relative", "interleaved-norms", "swapped-identity", "values-offset", "keys-offset",
+], ids=["interleaved-relative", "interleaved-norms", "concatenated-relative", "concatenated-norms",
+        "swapped-identity", "values-offset", "keys-offset",
         "not-causal"])
 def test_property_checks_fail_the_bugs_that_break_them(grade_source, exercise, bug, property_check):
     report = grade_source(apply_bug(SOLUTION, _bug(exercise, bug)), chapter="ch05")
@@ -190,6 +194,8 @@ def rope_angles(token_positions, head_dim, theta=10000.0):
     assert "rope_angles(token_positions" in _messages(report, "rope_angles")
     assert "max abs error" in _messages(report, "rope_angles")
     assert any("theta^(-2k/d)" in title for title in _failed_titles(report, "rope_angles"))
+    assert result_of(report, "rope_angles").reason.startswith(
+        _bug("rope_angles", "positions-in-half-precision").hint)  # named, though written otherwise
 
 
 def test_attention_that_drops_theta_fails_where_theta_is_not_10000(grade_source):
@@ -215,3 +221,25 @@ def test_causal_mask_by_position_instead_of_token_order_fails_at_shuffled_positi
     failed = _failed_titles(report, "rope_self_attention")
     assert failed and all("shuffled" in title for title in failed)
     assert "shuffled positions" in _messages(report, "rope_self_attention")
+
+
+def test_positions_read_as_an_offset_pass_offsets_and_fail_gaps_and_shuffles(grade_source):
+    # Decoding code that keeps only where the chunk starts: right for 41, 42, 43, ...
+    source = replace_function(SOLUTION, "apply_rope", '''
+def apply_rope(x, token_positions, theta=10000.0):
+    start = token_positions[..., :1]  # where the chunk begins
+    positions = start + torch.arange(x.shape[-2], device=x.device)
+    angles = rope_angles(positions, x.shape[-1], theta)
+    pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    cos, sin = angles.cos().to(pairs.dtype), angles.sin().to(pairs.dtype)
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
+''')
+    report = grade_source(source, chapter="ch05")
+    result = result_of(report, "apply_rope")
+    checks = {check.check: check.outcome for check in result.checks}
+    assert checks["matches complex multiplication (Meta's LLaMA: view_as_complex times polar(1, angle)) "
+                  "[T7-d8-offset]"] == "passed"
+    failed = [title for title in _failed_titles(report, "apply_rope") if title.startswith("matches")]
+    assert failed and all("gaps" in title or "shuffled" in title for title in failed)
+    assert result.reason.startswith(_bug("apply_rope", "positions-as-offset").hint)

@@ -6,6 +6,11 @@ _BROADCAST_PITFALL = ("looks like the (B, S) padding mask meets the scores witho
                       "against (B, L, S) its batch axis lines up with the queries (silently when "
                       "B == L); use key_padding[:, None, :], shape (B, 1, S)")
 
+# The error of a mask that does not broadcast against (B, L, S) scores, raised
+# on a line that masks them; ``line`` narrows down what that line holds.
+_PADDING_MISMATCH = (r"(masked_fill|where)\(.*{line}.*must match the size of tensor b \(\d+\) "
+                     r"at non-singleton dimension 1")
+
 BUGS = (
     # -- padding_mask
     KnownBug("padding_mask", "less-or-equal",
@@ -65,6 +70,12 @@ BUGS = (
              "looks like the padding mask sits on the query axis, (B, 1, S, 1): padding hides "
              "keys, so it goes last: key_padding[:, None, None, :], shape (B, 1, 1, S)",
              "combined = key_padding[:, None, None, :]", "combined = key_padding[:, None, :, None]"),
+    KnownBug("combine_masks", "padding-not-reshaped",
+             "looks like key_padding is used as it is, (B, S): against (B, H, L, S) scores it lines "
+             "up from the right, its batch axis with the queries L (silently wrong when B == L); "
+             "give it axes for the heads and the queries: key_padding[:, None, None, :], shape "
+             "(B, 1, 1, S)",
+             "combined = key_padding[:, None, None, :]", "combined = key_padding"),
     KnownBug("combine_masks", "no-head-axis",
              "looks like the padding mask is (B, 1, S), the shape for (B, L, S) scores: against "
              "(B, H, L, S) its batch axis lines up with the heads; make it (B, 1, 1, S)",
@@ -94,13 +105,18 @@ BUGS = (
              "looks like the scores are divided by sqrt of the input width x.shape[-1]; divide by "
              "sqrt(d_k), the width of the queries and keys (q.shape[-1])",
              "/ math.sqrt(q.shape[-1])", "/ math.sqrt(x.shape[-1])"),
-    KnownBug("cross_attention", "padding-mask-without-query-axis", _BROADCAST_PITFALL,
-             "scores.masked_fill(~keys.unsqueeze(-2),", "scores.masked_fill(~keys,"),
+    # When L != S (or B != L) both padding mistakes raise instead of giving a
+    # wrong value; the line the message quotes tells them apart, so the
+    # query-axis one (a trailing None or unsqueeze(-1)) is tried first.
     KnownBug("cross_attention", "padding-hides-queries",
              "looks like the context's padding hides queries (rows) instead of keys (columns): "
              "mask the scores with key_padding[:, None, :], shape (B, 1, S); every query still "
              "gets an output",
-             "scores.masked_fill(~keys.unsqueeze(-2),", "scores.masked_fill(~keys.unsqueeze(-1),"),
+             "scores.masked_fill(~keys.unsqueeze(-2),", "scores.masked_fill(~keys.unsqueeze(-1),",
+             error=_PADDING_MISMATCH.format(line=r"(unsqueeze\((-1|2)\)|None\])")),
+    KnownBug("cross_attention", "padding-mask-without-query-axis", _BROADCAST_PITFALL,
+             "scores.masked_fill(~keys.unsqueeze(-2),", "scores.masked_fill(~keys,",
+             error=_PADDING_MISMATCH.format(line="")),
     KnownBug("cross_attention", "padding-mask-inverted",
              "looks like the padding mask is inverted: the real keys are hidden and the padded "
              "ones attended to",

@@ -2,14 +2,24 @@
 
 from grader.bugs import KnownBug
 
-_SPLIT_RESHAPE = ("looks like x is reshaped straight to (..., H, T, d), which cuts the memory of "
-                  "(T, D) into H blocks and mixes the features of different tokens in one head; "
-                  "reshape to (..., T, H, d) first, then transpose(-3, -2)")
+_SPLIT_RESHAPE = ("looks like x is viewed (or reshaped) straight to (..., H, T, d), which cuts the "
+                  "memory of (T, D) into H blocks and mixes the features of different tokens in one "
+                  "head; view it as (..., T, H, d) first, then transpose(-3, -2) (permute)")
 _FRONT_AXES = ("looks like the axes are counted from the front (transpose(1, 2)), which is right "
                "only with exactly one batch dimension; count from the end: transpose(-3, -2)")
 _HEAD_SCALE = ("looks like the scores are scaled by 1/sqrt(D), the width of all heads together "
                "(or of the model); each head uses 1/sqrt(D // H), the width of one head")
 _NO_OUT = "looks like the output projection is not applied to the merged heads"
+_VIEW_ON_TRANSPOSED = ("looks like .view is called on the transposed tensor, whose memory is no longer "
+                       "laid out token by token: use .reshape, or call .contiguous() before .view")
+# In the module, q, k and v are chunks of the fused projection: not contiguous either.
+_VIEW_NOT_CONTIGUOUS = ("looks like .view is called on a tensor that is not contiguous (the heads "
+                        "transposed, or a chunk of the fused qkv output), whose memory is not laid out "
+                        "in the order of the new shape: call .contiguous() before .view, or use .reshape")
+_VIEW_ERROR = r"view size is not compatible with input tensor's size and stride"
+_NAN_FOR_EMPTY_ROWS = ("looks like a query whose keys are all masked gets NaN (softmax of a row of "
+                       "-inf); the course's rule is zero weights, hence a zero output, for such a "
+                       "query: find the rows with no key and fill their weights with 0")
 
 BUGS = (
     # -- split_heads
@@ -32,12 +42,9 @@ BUGS = (
              "num_heads (if D % num_heads: raise ValueError(...))",
              "if width % num_heads:", "if False:", error=r"expected a ValueError"),
     # -- merge_heads
-    KnownBug("merge_heads", "view-on-transposed",
-             "looks like .view is called on the transposed tensor, whose memory is no longer "
-             "laid out token by token: use .reshape, or call .contiguous() before .view",
+    KnownBug("merge_heads", "view-on-transposed", _VIEW_ON_TRANSPOSED,
              "return x.reshape(*batch, length, heads * width)",
-             "return x.view(*batch, length, heads * width)",
-             error=r"view size is not compatible with input tensor's size and stride"),
+             "return x.view(*batch, length, heads * width)", error=_VIEW_ERROR),
     KnownBug("merge_heads", "reshape-without-transpose",
              "looks like (..., H, T, d) is reshaped to (..., T, H * d) without moving the heads "
              "axis behind the tokens first: transpose(-3, -2), then reshape",
@@ -69,11 +76,14 @@ BUGS = (
              "looks like the mask is inverted: in this course True means the query may attend "
              "to the key (nn.MultiheadAttention's attn_mask uses the opposite)",
              "scores.masked_fill(~mask,", "scores.masked_fill(mask,"),
-    KnownBug("multi_head_attention", "nan-for-empty-rows",
-             "looks like a query whose keys are all masked gets NaN; the course's rule is zero "
-             "weights, hence a zero output, for such a query",
+    KnownBug("multi_head_attention", "nan-for-empty-rows", _NAN_FOR_EMPTY_ROWS,
              "torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1).masked_fill(no_keys, 0.0)",
              "torch.softmax(scores, dim=-1)"),
+    # The heads merged in place, without merge_heads: the .contiguous() pitfall.
+    KnownBug("multi_head_attention", "view-without-contiguous", _VIEW_ON_TRANSPOSED,
+             "merge_heads(weights @ v) @ w_o.T",
+             "(weights @ v).transpose(-3, -2).view(*query.shape[:-1], -1) @ w_o.T",
+             error=_VIEW_ERROR),
     # -- MultiHeadAttention
     KnownBug("MultiHeadAttention", "dropout-on-output",
              "looks like dropout is applied to the output instead of the attention weights: "
@@ -104,6 +114,13 @@ BUGS = (
              "for t in (q, k, v))"),
     KnownBug("MultiHeadAttention", "no-output-projection", _NO_OUT + " (self.out)",
              "output = self.out(merge_heads(weights @ v))", "output = merge_heads(weights @ v)"),
+    KnownBug("MultiHeadAttention", "nan-for-empty-rows", _NAN_FOR_EMPTY_ROWS,
+             "torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1).masked_fill(no_keys, 0.0)",
+             "torch.softmax(scores, dim=-1)"),
+    # nanoGPT's y.transpose(1, 2).contiguous().view(B, T, C) without .contiguous().
+    KnownBug("MultiHeadAttention", "view-without-contiguous", _VIEW_NOT_CONTIGUOUS,
+             "output = self.out(merge_heads(weights @ v))",
+             "output = self.out((weights @ v).transpose(-3, -2).view(*x.shape))", error=_VIEW_ERROR),
     KnownBug("MultiHeadAttention", "bias-ignored",
              "looks like qkv has a bias even when bias=False: pass bias=bias to both nn.Linear",
              "self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)",

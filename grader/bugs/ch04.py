@@ -8,6 +8,9 @@ _TOP_LEFT = ("looks like the causal mask is aligned top-left, as is_causal=True 
 _ON_THE_CPU = ("looks like the mask is built on the CPU (no device=): on a GPU the scores are "
                "there and masked_fill fails; build it on the scores' device")
 _GPU_FAILURE = r"would (fail on|return a tensor on the CPU when run on) a GPU"
+_DIAGONAL_BLOCKED = ("looks like the causal mask blocks the diagonal too (triu(..., diagonal=0), or "
+                     "j < i): a token must see itself, so block only the keys after it; "
+                     "causal_mask gives the right one")
 _SCALE_BY_D_MODEL = ("looks like the scores are divided by sqrt(d_model) instead of sqrt(d), "
                      "the width of one head (D // H)")
 
@@ -37,6 +40,10 @@ BUGS = (
              "it; combine causal_mask(T) with the padding mask",
              "mask = causal_mask(length, device=x.device)",
              "mask = torch.ones(length, length, dtype=torch.bool, device=x.device)"),
+    # The mask written in place instead of with causal_mask.
+    KnownBug("causal_self_attention", "diagonal-blocked", _DIAGONAL_BLOCKED,
+             "mask = causal_mask(length, device=x.device)",
+             "mask = ~torch.ones(length, length, dtype=torch.bool, device=x.device).triu(diagonal=0)"),
     KnownBug("causal_self_attention", "mask-inverted",
              "looks like the mask is inverted: masked_fill(mask, -inf) removes the keys a token "
              "may see; fill where the mask is False (~mask)",
@@ -67,6 +74,10 @@ BUGS = (
              "mask = causal_mask(length, k.shape[-2], device=x_new.device)",
              "mask = causal_mask(length, device=x_new.device)",
              error=r"size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"),
+    KnownBug("attend_with_cache", "diagonal-blocked", _DIAGONAL_BLOCKED,
+             "mask = causal_mask(length, k.shape[-2], device=x_new.device)",
+             "mask = ~torch.ones(length, k.shape[-2], dtype=torch.bool, device=x_new.device)"
+             ".triu(k.shape[-2] - length)"),
     KnownBug("attend_with_cache", "no-mask",
              "looks like no causal mask is applied: a single new token may see the whole cache, "
              "but when several tokens arrive together each must not see the new ones after it",

@@ -6,14 +6,15 @@ _POSITIONS_IGNORED = ("looks like token_positions is ignored and positions 0 .. 
                       "rotate each token by its own position (offsets, gaps and any order are allowed)")
 _LOW_PRECISION = ("looks like the angles are computed in the input's dtype: in float16, position times "
                   "frequency loses most of the angle; compute angles, cos and sin in float32")
+_ONE_BASED_K = ("looks like k counts from 1: pair k turns by position * theta^(-2k/d) with "
+                "k = 0 .. d/2 - 1, so pair 0 turns by the position itself (CS336's handout writes "
+                "2(k-1)/d with k from 1)")
 _SIN_CASE = ("looks like cos and sin are swapped: position 0 must leave a vector unchanged "
              "(cos 0 = 1 multiplies x, sin 0 = 0 multiplies its partner)")
 
 BUGS = (
     # -- rope_angles -------------------------------------------------------------------
-    KnownBug("rope_angles", "one-based-k",
-             "looks like k counts from 1: pair k turns by position * theta^(-2k/d) with k = 0 .. d/2 - 1, "
-             "so pair 0 turns by the position itself (CS336's handout writes 2(k-1)/d with k from 1)",
+    KnownBug("rope_angles", "one-based-k", _ONE_BASED_K,
              "k = torch.arange(head_dim // 2, device=token_positions.device, dtype=torch.float32)",
              "k = torch.arange(1, head_dim // 2 + 1, device=token_positions.device, dtype=torch.float32)"),
     KnownBug("rope_angles", "exponent-k-over-d",
@@ -37,6 +38,12 @@ BUGS = (
              "features, so d/2 angles per token",
              "k = torch.arange(head_dim // 2, device=token_positions.device, dtype=torch.float32)",
              "k = torch.arange(head_dim, device=token_positions.device, dtype=torch.float32)"),
+    KnownBug("rope_angles", "positions-in-half-precision",
+             "looks like positions and frequencies are multiplied in float16: float16 holds integers "
+             "exactly only up to 2048 (and nothing above 65504), so large positions lose their angle; "
+             "cast the positions to float32 and multiply in float32",
+             "return token_positions.to(torch.float32).unsqueeze(-1) * frequencies",
+             "return (token_positions.to(torch.float16).unsqueeze(-1) * frequencies.half()).float()"),
     # -- apply_rope --------------------------------------------------------------------
     KnownBug("apply_rope", "rotates-backwards",
              "looks like the sign of sin is flipped, so each pair turns by -angle: "
@@ -51,6 +58,28 @@ BUGS = (
     KnownBug("apply_rope", "positions-ignored", _POSITIONS_IGNORED,
              "angles = rope_angles(token_positions, x.shape[-1], theta)",
              "angles = rope_angles(torch.arange(x.shape[-2], device=x.device), x.shape[-1], theta)"),
+    KnownBug("apply_rope", "positions-as-offset",
+             "looks like only the first position is read and the others are taken as consecutive "
+             "(start + 0 .. T-1): positions may have gaps and come in any order, so rotate each "
+             "token by its own entry of token_positions",
+             "angles = rope_angles(token_positions, x.shape[-1], theta)",
+             "angles = rope_angles(token_positions[..., :1] + torch.arange(x.shape[-2], device=x.device), "
+             "x.shape[-1], theta)"),
+    # Frequencies computed in place instead of with rope_angles, k from 1.
+    KnownBug("apply_rope", "one-based-k", _ONE_BASED_K,
+             "angles = rope_angles(token_positions, x.shape[-1], theta)",
+             "angles = rope_angles(token_positions, x.shape[-1], theta) * theta ** (-2 / x.shape[-1])"),
+    # The mirror of apply_rope_half's frequencies-interleaved: Hugging Face's
+    # x * cos(emb) + rotate_every_two(x) * sin(emb) with emb = cat(freqs, freqs).
+    KnownBug("apply_rope", "frequencies-concatenated",
+             "looks like the angles are laid out as cat([a, a]) (the rotate-half convention's layout) "
+             "while the features are paired side by side: both features of pair k (2k and 2k + 1) "
+             "turn by pair k's angle, so repeat each angle in place, repeat_interleave(2) (this mix "
+             "breaks RoPE's relative positions)",
+             "rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)",
+             "cos, sin = (torch.cat([t, t], dim=-1).unflatten(-1, (-1, 2)) for t in (cos, sin))\n"
+             "    rotated = torch.stack([even * cos[..., 0] - odd * sin[..., 0], "
+             "even * sin[..., 1] + odd * cos[..., 1]], dim=-1)"),
     KnownBug("apply_rope", "theta-not-passed",
              "looks like theta is not passed on, so the base is always 10000: "
              "call rope_angles(token_positions, d, theta)",
@@ -132,6 +161,11 @@ BUGS = (
              "looks like there is no causal mask: token t may attend to tokens 0 .. t only",
              'weights = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)',
              "weights = torch.softmax(scores, dim=-1)"),
+    KnownBug("rope_self_attention", "diagonal-blocked",
+             "looks like the causal mask blocks the diagonal too (triu(..., diagonal=0)): a token "
+             "must see itself, so block only the later tokens, triu(..., diagonal=1); token 0 then "
+             "has a key and no NaN",
+             ".triu(diagonal=1)", ".triu(diagonal=0)"),
     KnownBug("rope_self_attention", "scale-by-d-model",
              "looks like the scores are divided by sqrt(d_model) instead of sqrt(d), the width "
              "of one head",

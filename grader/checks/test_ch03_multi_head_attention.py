@@ -437,6 +437,23 @@ def test_module_with_mask_matches_reference(submission, reference, bugs, inputs,
 
 
 @exercise("MultiHeadAttention")
+def test_module_fully_masked_query_gets_zero_weights(submission, reference, bugs, inputs):
+    """a query whose keys are all masked gets zero weights, not NaN"""
+    # nn.MultiheadAttention gives NaN here, so the reference is the oracle;
+    # that query's output is then out(0), the output projection's bias.
+    width, heads = 8, 2
+    x = inputs.randn(2, 6, width)
+    mask = inputs.mask(2, 1, 6, 6)
+    mask[1, :, 2] = False
+    recipe = _recipe(_module_state(inputs, width), width, heads)
+    got, call = run_module(submission, "MultiHeadAttention", recipe, x, mask=mask, need_weights=True)
+    expect_attention(got, reference_module_call(reference, "MultiHeadAttention", recipe, x, mask=mask,
+                                                need_weights=True),
+                     f"{call} where query [1, 2] may attend to no key",
+                     bugs.module("MultiHeadAttention", recipe, x, mask=mask, need_weights=True))
+
+
+@exercise("MultiHeadAttention")
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 def test_module_parameters(submission, inputs, bias):
     """has the parameters qkv (Linear(D, 3D)) and out (Linear(D, D)), biases only with bias=True"""
