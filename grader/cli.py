@@ -141,7 +141,7 @@ def grade(
     chosen = resolve_targets(targets or [], folder)
     where = _device(device)
 
-    from grader.grading import GraderError
+    from grader.grading import GraderError, UnrecordedSeed
     from grader.grading import grade as run_grade
     from grader.report import print_json, print_table
     from grader.sandbox import Limits
@@ -149,6 +149,8 @@ def grade(
     limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
     try:
         report = run_grade(chosen, where, limits, seed)
+    except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
+        usage_error(str(error))
     except GraderError as error:
         stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(3) from None
@@ -192,6 +194,144 @@ def verify(
     print_verification(result, stdout, matrix)
     stdout.print(f"seed {seed}", style="dim", highlight=False)
     raise typer.Exit(0 if result.passed else 1)
+
+
+@app.command()
+def batch(
+    submissions: Annotated[Path, typer.Argument(
+        help="Folder with one entry per student: a folder laid out like exercises/, a single .py "
+        "or .ipynb with chNN in its name (alice_ch01.py), or a .zip of either. The student's id "
+        "is the entry's name without .zip, .py or .ipynb.", show_default=False)],
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Folder for grades.csv, results/STUDENT.json (Gradescope) and the state of "
+        "the last run.  \\[default: grades/ beside SUBMISSIONS]", show_default=False)] = None,
+    jobs: Annotated[int, typer.Option(
+        help="Students graded side by side.  \\[default: one per core]", show_default=False, min=0)] = 0,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Grade every student again, not only those whose submission changed.")] = False,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the random inputs, the same for every student.  \\[default: a fresh one]",
+        show_default=False)] = None,
+) -> None:
+    """Grade a whole class (for instructors), on the CPU: a CSV row and a
+    Gradescope results.json per student, and a summary of the class.
+
+    Only the chapters a student submitted are graded; the exercises of the
+    other chapters score 0. A submission that cannot be graded (an empty
+    folder, a corrupt zip, a notebook that is not JSON, a file whose chapter
+    cannot be told) gets a row with the reason in the note column. A re-run
+    grades only the students whose files changed (--force: all of them), and
+    everyone again when the checks or the solutions changed. Exit status 0
+    whatever the students scored."""
+    import secrets
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if not submissions.is_dir():
+        usage_error(f"no such directory: {submissions}" if not submissions.exists()
+                    else f"{submissions} is not a folder (expected one entry per student in it)")
+    out = out if out is not None else submissions.resolve().parent / "grades"
+    if out.exists() and not out.is_dir():
+        usage_error(f"--out {out} exists and is not a folder")
+    if out.resolve() == submissions.resolve():
+        usage_error(f"the out folder {out} is the submissions folder itself: choose another with --out")
+
+    from grader.batch import GradingOptions, entry_paths, print_summary, run_batch
+
+    try:
+        if not entry_paths(submissions, out):
+            usage_error(f"{submissions} holds no submissions (one folder, file or zip per student)")
+    except OSError as error:
+        usage_error(f"cannot list {submissions}: {error.strerror}")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    columns = (TextColumn("grading students"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[broken]} not gradable"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=stderr, transient=True) as progress:
+            task = progress.add_task("students", total=None, broken=0)
+            result = run_batch(
+                submissions, out, GradingOptions(seed, timeout), jobs or os.cpu_count() or 1, force,
+                lambda done, total, broken: progress.update(task, completed=done, total=total, broken=broken))
+    except OSError as error:  # the out folder cannot be written, SUBMISSIONS cannot be read
+        usage_error(f"{error.filename or out}: {error.strerror}")
+    print_summary(result, stdout)
+
+
+@app.command()
+def release(
+    folder: Annotated[Path, typer.Argument(
+        help="Where the edition goes: a new or empty folder outside the course.", show_default=False)],
+    seed: Annotated[list[int] | None, typer.Option(
+        "--seed", help="A seed to record (repeat the option for several); students grade with these "
+        "only.  \\[default: four fresh ones]", show_default=False)] = None,
+    jobs: Annotated[int, typer.Option(
+        help="Processes recording seeds side by side.  \\[default: one per core]",
+        show_default=False, min=0)] = 0,
+) -> None:
+    """Write the student edition (for instructors): lessons, stubs, notebooks and the
+    grader, with answers recorded from the reference instead of its code."""
+    from grader.edition import ReleaseError, write_edition
+    from grader.recorded import is_edition
+
+    if is_edition():
+        usage_error("this is a student edition: release from the instructor's tree")
+    with stderr.status("recording the reference's answers"):
+        try:
+            done = write_edition(folder, seed, jobs or os.cpu_count() or 1)
+        except ReleaseError as error:
+            usage_error(str(error))
+    size = sum(done.recorded_bytes.values())
+    stdout.print(f"wrote {done.files} files to {done.folder}: recordings of seeds "
+                 f"{', '.join(map(str, done.seeds))} ({size / 1024:.0f} KB)", highlight=False)
+
+
+class Visibility(str, enum.Enum):
+    """When Gradescope shows students their results (Gradescope's own values)."""
+
+    visible = "visible"
+    after_due_date = "after_due_date"
+    after_published = "after_published"
+    hidden = "hidden"
+
+
+@app.command()
+def gradescope(
+    out: Annotated[Path, typer.Argument(
+        help="The zip to write, e.g. autograder.zip.", show_default=False)],
+    chapter: Annotated[list[str] | None, typer.Option(
+        "--chapter", "-c", help="A chapter the assignment grades (repeat the option for several).  "
+        "\\[default: every chapter]", show_default=False)] = None,
+    visibility: Annotated[Visibility, typer.Option(
+        help="When students see their results on Gradescope.")] = Visibility.visible,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+) -> None:
+    """Write a Gradescope autograder (for instructors): upload OUT as the autograder
+    of a programming assignment; students submit their chNN_topic.py or .ipynb files."""
+    from grader.gradescope import BundleError, write_bundle
+
+    if out.suffix != ".zip":
+        usage_error(f"{out}: the autograder must be a .zip file (e.g. autograder.zip)")
+    if out.is_dir():
+        usage_error(f"{out} is a folder; name the zip file to write")
+    if not out.parent.is_dir():
+        usage_error(f"no such directory: {out.parent}")
+    try:
+        chapters = [find_chapter(name) for name in chapter or []] or list(CHAPTERS)
+    except UnknownChapter as error:
+        usage_error(str(error))
+    chapters = sorted(set(chapters), key=lambda c: c.number)
+    try:
+        names = write_bundle(out, chapters, visibility.value, timeout)
+    except BundleError as error:
+        usage_error(str(error))
+    except OSError as error:
+        usage_error(f"cannot write {out}: {error.strerror or error}")
+    points = sum(c.points for c in chapters)
+    stdout.print(f"wrote {out}: {len(names)} files; grades {', '.join(c.id for c in chapters)} "
+                 f"({points} points), results {visibility.value}.", highlight=False, soft_wrap=True)
 
 
 @app.command("list")

@@ -149,6 +149,8 @@ def close_mask(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: flo
 
 def matches(got: object, expected: object) -> bool:
     """Whether ``got`` equals ``expected`` within tolerance, NaN equal to NaN."""
+    if hasattr(expected, "matched_by"):  # a known bug's output as the student edition keeps it
+        return expected.matched_by(got)
     if isinstance(expected, (tuple, list)):
         return (isinstance(got, (tuple, list)) and len(got) == len(expected)
                 and all(matches(g, e) for g, e in zip(got, expected)))

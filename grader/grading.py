@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader import recorded
 from grader.catalog import Chapter, Exercise
 from grader.loading import SubmissionError, load_submission
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
@@ -29,6 +30,10 @@ from grader.sandbox import Limits
 
 class GraderError(RuntimeError):
     """The grader could not run its checks (a bug of the course, not the student)."""
+
+
+class UnrecordedSeed(GraderError, ValueError):
+    """``--seed`` names a seed the student edition has no recordings for."""
 
 
 @dataclass
@@ -92,6 +97,11 @@ def grade(
             None checks every exercise.
     """
     started = time.perf_counter()
+    if recorded.MODE is not None:  # the student edition grades with recorded seeds only
+        try:
+            seed = recorded.MODE.seed(seed)
+        except ValueError as error:
+            raise UnrecordedSeed(str(error)) from None
     seed = secrets.randbelow(2**31) if seed is None else seed
     if device.type == "cuda":  # CUDA reserves far more address space than it uses
         limits = dataclasses.replace(limits, memory_bytes=0)
@@ -104,7 +114,8 @@ def grade(
         submissions[chapter.id] = RemoteSubmission(chapter, parsed, limits, device)
     plugin = GradingPlugin(submissions, seed, only)
     try:
-        _run_checks([chapter for chapter, _ in targets], plugin)
+        with recorded.one_thread() if recorded.MODE is not None else contextlib.nullcontext():
+            _run_checks([chapter for chapter, _ in targets], plugin)
     finally:
         for remote in submissions.values():
             remote.close()

@@ -85,6 +85,15 @@ class Lookalikes:
         return lambda: self._outputs(index)
 
     def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
+        for bug, output in self.outputs_by_bug():
+            try:
+                yield bug.hint, output if index is None else output[index]
+            except Exception:  # an output without that part explains nothing
+                continue
+
+    def outputs_by_bug(self) -> Iterator[tuple[KnownBug, object]]:
+        """Each bug that runs on these inputs, with its whole output (what
+        ``grader.recorded`` keeps for the student edition)."""
         # The exercise's own bugs first: they are the likelier explanation.
         ordered = sorted(buggy_modules(self.chapter), key=lambda pair: pair[0].exercise != self.exercise)
         for bug, module in ordered:
@@ -94,9 +103,9 @@ class Lookalikes:
                     output = getattr(module, self.function)(*args, **kwargs)
                 else:
                     output = run_module_call(module, self.function, self.module, args, kwargs)
-                yield bug.hint, output if index is None else output[index]
             except Exception:  # a bug that cannot run on these inputs explains nothing
                 continue
+            yield bug, output
 
 
 def _cloned(values):

@@ -20,8 +20,9 @@ import torch
 
 from grader.build import generated_files, stale_files
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
-from grader.grading import grade
+from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.recorded import is_edition
 
 MIN_BUGS = 4  # known bugs an exercise's catalog must hold
 
@@ -70,6 +71,9 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
         jobs: processes grading known bugs side by side.
         progress: called with ``(bugs graded, bugs in all)`` as they finish.
     """
+    if is_edition():
+        raise GraderError("this is the student edition: it has no reference solutions to verify "
+                          "the checks with; run mha-course verify in the instructor's tree")
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
     references = grade([(c, COURSE_ROOT / "solutions" / f"{c.module}.py") for c in CHAPTERS], seed=seed)
     stubs = grade([(c, COURSE_ROOT / "exercises" / f"{c.module}.py") for c in CHAPTERS], seed=seed)

@@ -15,6 +15,8 @@ independent answers PyTorch gives.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from grader.compare import expect_close, fail, unpack
@@ -69,6 +71,8 @@ def portability_check(cases: list):
 
 def reference_module_call(reference, name: str, recipe: ModuleCall, *args, **kwargs):
     """The reference's answer to the same module call (computed here)."""
+    if not isinstance(reference, types.ModuleType):  # recorded (grader.recorded): the edition
+        return reference.module_call(name, recipe, args, kwargs)
     return run_module_call(reference, name, recipe, args, kwargs)
 
 

@@ -193,12 +193,14 @@ def test_causal_mask_lets_a_token_see_itself_and_the_past(submission):
 def test_causal_mask_newest_query_sees_every_key(submission, bugs, num_queries, num_keys):
     """with L < S, the last query (the newest token) sees every key"""
     got, call = run(submission, "causal_mask", num_queries, num_keys, device=submission.device)
+    # Made before the verdict, as everywhere: the student edition records a
+    # check's lookalikes while the reference passes it (grader.recorded).
+    lookalikes = bugs.causal_mask(num_queries, num_keys)
     expect_like(got, _oracle_mask(num_queries, num_keys), call)
     last = got[-1].cpu()
     if not bool(last.all()):
         fail(f"{call}: the last query sees {_keys_text(last)} of {num_keys}; it is the newest "
-             f"token (position {num_keys - 1}) and must see them all",
-             hint=_hint(got, bugs.causal_mask(num_queries, num_keys)))
+             f"token (position {num_keys - 1}) and must see them all", hint=_hint(got, lookalikes))
 
 
 # -- causal_self_attention ------------------------------------------------------------------

@@ -1,0 +1,280 @@
+"""``mha-course release DIR``: write the student edition of the course.
+
+The edition is what students receive: the lessons (``chapters/``), the
+stubs and notebooks (``exercises/``), the grader and its checks. It holds no
+reference solution code: no ``solutions/`` folder, and the known-bug catalog
+keeps each bug's hint but not its ``old``/``new`` lines (they are edits of
+solution lines). What the checks ask of the reference is recorded instead
+(``grader.recorded``): the reference solutions are graded once per seed, in
+processes forked from this one, with every call written down, and the
+recordings go to ``DIR/grader/recorded/`` only; nothing generated lands in
+the instructor's tree.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import re
+import secrets
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader import recorded
+from grader.catalog import CHAPTERS, COURSE_ROOT
+
+# What the edition copies from the course, and what it leaves out of them.
+COPIED = ("chapters", "exercises", "grader")
+LEFT_OUT = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache")
+LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
+INSTRUCTORS_SECTION = "## For instructors and course authors"
+SETUP_SECTION = "## Set-up: two commands"
+EDITION_SETUP = """\
+## Set-up
+
+From this folder, with Python 3.10 or newer on Linux or macOS (on Windows,
+use WSL: workers are forked processes):
+
+```
+pip install -e . && mha-course list
+```
+
+installs the course and its grader, then lists the chapters and their
+exercises. `mha-course grade ch01` grades your first chapter: every exercise
+starts as "not implemented yet".
+
+"""
+EDITION_NOTE = """\
+> **Student edition.** This copy of the course has no reference solutions:
+> `mha-course grade` checks your exercises against answers recorded from
+> them (with `--seed`, one of the recorded seeds), against PyTorch and against
+> properties, and gives the same verdicts as the instructor's grader.
+"""
+
+
+class ReleaseError(RuntimeError):
+    """The edition cannot be written (a used folder, a failing reference)."""
+
+
+@dataclass
+class Release:
+    """What ``write_edition`` wrote."""
+
+    folder: Path
+    seeds: list[int]
+    files: int
+    recorded_bytes: dict[str, int]  # chapter id -> size of its recording
+
+
+def write_edition(folder: Path, seeds: list[int] | None = None, jobs: int = 1,
+                  root: Path = COURSE_ROOT) -> Release:
+    """Write the student edition into ``folder`` (new, or empty).
+
+    Args:
+        folder: where the edition goes.
+        seeds: the seeds to record; four fresh ones when None.
+        jobs: processes recording seeds side by side.
+        root: the instructor's tree.
+    """
+    folder = folder.resolve()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ReleaseError(f"{folder} exists and is not an empty folder")
+    if folder == root or folder.is_relative_to(root / "grader") or root.is_relative_to(folder):
+        raise ReleaseError(f"{folder}: write the edition outside the course's own folders")
+    seeds = sorted(set(seeds)) if seeds else sorted({secrets.randbelow(2**31) for _ in range(4)})
+    recordings = _record(seeds, jobs, root)
+
+    files = _copy_course(folder, root)
+    files += _write_bug_hints(folder)
+    target = folder / "grader" / "recorded"
+    target.mkdir(parents=True, exist_ok=True)
+    sizes = {chapter_id: recording.save(target / f"{chapter_id}.rec")
+             for chapter_id, recording in recordings.items()}
+    (target / recorded.INDEX).write_text(
+        json.dumps({"format": recorded.FORMAT, "seeds": seeds}, indent=1) + "\n", encoding="utf-8")
+    return Release(folder, seeds, files + len(sizes) + 1, sizes)
+
+
+# -- recording ---------------------------------------------------------------------------
+
+
+def _record(seeds: list[int], jobs: int, root: Path) -> dict[str, recorded.Recording]:
+    """Grade the reference solutions with each seed; merge what was recorded."""
+    merged: dict[str, recorded.Recording] = {}
+    if jobs <= 1 or len(seeds) == 1:
+        results = map(_record_seed, seeds, [root] * len(seeds))
+        return _merge(merged, results)
+    import torch
+
+    # As in verify: forked workers inherit torch, but must compute on one
+    # thread (OpenMP in a forked process hangs otherwise).
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(seeds)), mp_context=context,
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        return _merge(merged, pool.map(_record_seed, seeds, [root] * len(seeds)))
+
+
+def _merge(merged: dict[str, recorded.Recording], results) -> dict[str, recorded.Recording]:
+    for per_chapter in results:
+        for chapter_id, data in per_chapter.items():
+            recording = recorded.Recording.from_bytes(data, chapter_id)
+            into = merged.setdefault(chapter_id, recorded.Recording())
+            into.answers.update(recording.answers)
+            into.lookalikes.update(recording.lookalikes)
+    return merged
+
+
+def _record_seed(seed: int, root: Path) -> dict[str, bytes]:
+    """Grade every chapter's reference with ``seed``, recording; every check
+    must pass (a recording of a failing reference would grade wrongly)."""
+    from grader.grading import grade
+
+    targets = [(chapter, root / "solutions" / f"{chapter.module}.py") for chapter in CHAPTERS]
+    with recorded.recording() as recorder:
+        report = grade(targets, seed=seed)
+    failed = [f"{result.chapter.id} {check.check}: {check.message}"
+              for result in report.exercises for check in result.failed_checks]
+    if failed:
+        raise ReleaseError(f"the reference fails with seed {seed}, so nothing can be recorded: "
+                           + "; ".join(failed[:3]))
+    # Bytes, not objects, cross back to the parent.
+    return {chapter_id: recording.to_bytes() for chapter_id, recording in recorder.recordings.items()}
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+def _copy_course(folder: Path, root: Path) -> int:
+    """Copy the lessons, exercises and grader; the README and pyproject
+    adapted. Not copied: solutions/, tests/, the bugs' code, old recordings."""
+    count = 0
+    for top in COPIED:
+        for path in sorted((root / top).rglob("*")):
+            relative = path.relative_to(root)
+            if (not path.is_file() or any(part in LEFT_OUT for part in relative.parts)
+                    or path.suffix in LEFT_OUT_SUFFIXES
+                    or relative.parts[:2] in (("grader", "bugs"), ("grader", "recorded"))
+                    and path.name != "__init__.py"):
+                continue
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, folder / relative)
+            count += 1
+    (folder / "README.md").write_text(student_readme((root / "README.md").read_text(encoding="utf-8")),
+                                      encoding="utf-8")
+    (folder / "pyproject.toml").write_text(
+        student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8")), encoding="utf-8")
+    return count + 2
+
+
+def student_readme(text: str) -> str:
+    """The README without its section for instructors, its set-up for a
+    student (there are no solutions to grade, no tests to run), and a note
+    on the edition."""
+    text = _replace_section(text, INSTRUCTORS_SECTION, "")
+    text = _replace_section(text, SETUP_SECTION, EDITION_SETUP)
+    title_end = text.find("\n\n") + 2 if text.startswith("# ") else 0
+    return text[:title_end] + EDITION_NOTE + "\n" + text[title_end:]
+
+
+def _replace_section(text: str, heading: str, replacement: str) -> str:
+    """``text`` with the section under ``heading`` (up to the next ``## ``)
+    replaced; unchanged when there is no such heading."""
+    start = text.find(heading)
+    if start < 0:
+        return text
+    end = text.find("\n## ", start + len(heading))
+    return text[:start] + replacement + (text[end + 1:] if end >= 0 else "")
+
+
+def student_pyproject(text: str) -> str:
+    """The project file, with the recordings as package data (so a
+    non-editable install carries them too)."""
+    section = "[tool.setuptools.package-data]\n"
+    if section not in text:
+        return text.rstrip("\n") + "\n\n" + section + '"grader" = ["recorded/*"]\n'
+    return text.replace(section, section + '"grader" = ["recorded/*"]\n', 1)
+
+
+def _write_bug_hints(folder: Path) -> int:
+    """``grader/bugs/chNN.py`` with each known bug's hint and error pattern,
+    not its code: the ``old`` and ``new`` lines are solution lines."""
+    from grader.known_bugs import KNOWN_BUGS
+
+    for chapter in CHAPTERS:
+        lines = [f'"""Known bugs of {chapter.id}: the hints a student reads. The student edition',
+                 'keeps no code of them (each is an edit of a reference solution)."""', "",
+                 "from grader.bugs import KnownBug", "", "BUGS = ("]
+        for bug in KNOWN_BUGS.get(chapter.id, ()):
+            lines.append(f"    KnownBug({bug.exercise!r}, {bug.name!r},")
+            lines.append(f"             {bug.hint!r},")
+            lines.append(f"             old='', new='', error={bug.error!r}),")
+        lines.append(")")
+        path = folder / "grader" / "bugs" / f"{chapter.id}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(CHAPTERS)
+
+
+WINDOW = 3  # consecutive code lines of a solution that count as revealing it
+
+
+def solution_blocks(root: Path = COURSE_ROOT) -> list[list[str]]:
+    """The code lines of every ``# BEGIN SOLUTION`` ... ``# END SOLUTION``
+    block of the solutions, stripped, comments left out."""
+    blocks = []
+    for path in sorted((root / "solutions").glob("ch*.py")):
+        block: list[str] | None = None
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() == "# BEGIN SOLUTION":
+                block = []
+            elif line.strip() == "# END SOLUTION":
+                blocks.append(block or [])
+                block = None
+            elif block is not None:
+                block.extend(_code_lines(line))
+    return blocks
+
+
+def _code_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _text_lines(path: Path) -> list[str]:
+    """A file's code lines; a notebook's are those of its cells."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        cells = json.loads(text).get("cells", [])
+        text = "\n".join("".join(cell.get("source", "")) for cell in cells)
+    return _code_lines(text)
+
+
+def revealing_passages(folder: Path, root: Path = COURSE_ROOT) -> list[str]:
+    """``file: passage`` for each passage of a solution found in the edition:
+    three consecutive code lines of a solution block (the whole block when
+    it is shorter); and any known bug's ``old`` or ``new`` text in the
+    edition's bug catalog. Shorter passages are not counted: ``if mask is
+    not None:`` followed by a ``masked_fill`` is everyone's, not the solution's."""
+    from grader.known_bugs import KNOWN_BUGS
+
+    passages = {tuple(block[i:i + WINDOW]) for block in solution_blocks(root)
+                for i in range(max(1, len(block) - WINDOW + 1)) if block}
+    # An edit is found as a string literal of its own (a hint may name
+    # ``-1e9`` in its prose; the catalog's code held it as a literal).
+    edits = {text for bugs in KNOWN_BUGS.values() for bug in bugs
+             for text in (bug.old, bug.new) if len(text.strip()) >= 10}
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.suffix not in (".py", ".ipynb", ".md", ".toml", ".txt", ".ini", ".json"):
+            continue
+        lines = _text_lines(path)
+        where = path.relative_to(folder)
+        windows = {tuple(lines[i:i + size]) for size in range(1, WINDOW + 1)
+                   for i in range(len(lines) - size + 1)}
+        found += [f"{where}: {' / '.join(passage)}" for passage in sorted(passages & windows)]
+        if path.suffix == ".py":
+            text = path.read_text(encoding="utf-8")
+            found += [f"{where}: {edit}" for edit in sorted(edits)
+                      if any(literal in text for literal in (repr(edit), f'"{edit}"', f"'{edit}'"))]
+    return found

@@ -1,0 +1,316 @@
+"""The Gradescope autograder: the bundle's layout, and its run_autograder run
+with bash against folders laid out like Gradescope's /autograder.
+
+setup.sh is never run here (it needs the network); the course is already
+installed in this Python, so run_autograder is pointed at it
+(MHA_COURSE_PYTHON) and grades with the grader unpacked from the bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.gradescope import write_bundle
+from grader.notebooks import notebook_text
+
+CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
+TOTAL = sum(chapter.points for chapter in CHAPTERS)
+EXERCISES = [f"{chapter.id} {exercise.name}" for chapter in CHAPTERS for exercise in chapter.exercises]
+SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
+STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    write_bundle(out)
+    return out
+
+
+def gradescope_root(bundle: Path, folder: Path) -> Path:
+    """``folder`` laid out like Gradescope's /autograder, the bundle in source/."""
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(folder / "source")
+    (folder / "submission").mkdir()
+    (folder / "results").mkdir()
+    return folder
+
+
+def run_autograder(root: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "MHA_COURSE_PYTHON": python,
+           "MHA_COURSE_VENV": str(root / "no-venv")}
+    return subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def results_of(root: Path) -> dict:
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+
+
+def scores(results: dict) -> dict[str, tuple[int, int]]:
+    """``{"ch01 softmax": (score, max_score)}``, in the order of results.json."""
+    return {test["name"].split(":")[0]: (test["score"], test["max_score"]) for test in results["tests"]}
+
+
+@pytest.fixture
+def autograder(bundle, tmp_path):
+    """``autograder({"name": text})`` writes the files into submission/,
+    runs run_autograder and returns ``(results, completed process)``."""
+    root = gradescope_root(bundle, tmp_path / "autograder")
+
+    def run(files: dict[str, str | bytes]):
+        for name, content in files.items():
+            path = root / "submission" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+        done = run_autograder(root)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return results_of(root), done
+
+    run.root = root
+    return run
+
+
+# -- the bundle ------------------------------------------------------------------------
+
+
+def test_bundle_has_gradescopes_layout(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+        setup = archive.read("setup.sh").decode()
+        runner = archive.read("run_autograder").decode()
+    names = set(infos)
+    # The two scripts at the root of the zip, executable.
+    for script in ("setup.sh", "run_autograder"):
+        assert (infos[script].external_attr >> 16) & 0o777 == 0o755
+    assert {"pyproject.toml", "README.md", "grader/__init__.py", "grader/gradescope.py",
+            "grader/checks/pytest.ini", "grader/checks/oracles.py"} <= names
+    for chapter in CHAPTERS:
+        assert f"solutions/{chapter.module}.py" in names
+        assert f"grader/checks/test_{chapter.module}.py" in names
+        assert f"grader/bugs/ch{chapter.number:02d}.py" in names
+    # What grading never reads stays out.
+    assert not [name for name in names if name.startswith(("tests/", "exercises/", "chapters/", ".git"))
+                or "__pycache__" in name or name.endswith((".pyc", ".ipynb"))]
+    # A CPU build of torch first, then the course from the bundled source.
+    assert setup.startswith("#!/usr/bin/env bash") and runner.startswith("#!/usr/bin/env bash")
+    cpu_torch = setup.index("torch --index-url https://download.pytorch.org/whl/cpu")
+    assert cpu_torch < setup.index('-e "$source_dir"')
+    for script in (setup, runner):
+        assert not re.search(r"@[A-Z_]+@", script)  # every placeholder filled in
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_bundle_is_the_same_byte_for_byte(bundle, tmp_path):
+    again = tmp_path / "again.zip"
+    write_bundle(again)
+    assert again.read_bytes() == bundle.read_bytes()
+
+
+# -- run_autograder on submissions -----------------------------------------------------
+
+
+def test_reference_solutions_get_full_marks(autograder):
+    files = {f"{c.module}.py": (COURSE_ROOT / "solutions" / f"{c.module}.py").read_text() for c in CHAPTERS}
+    results, done = autograder(files)
+    assert results["score"] == results["max_score"] == TOTAL
+    assert list(scores(results)) == EXERCISES
+    assert all(score == maximum > 0 for score, maximum in scores(results).values())
+    assert all(test["status"] == "passed" and test["visibility"] == "visible" for test in results["tests"])
+    assert results["stdout_visibility"] == "hidden"
+    assert f"Graded ch01 from {CH01.module}.py." in results["output"]
+    assert isinstance(results["execution_time"], float)
+    # The grader unpacked from the bundle graded, not the one installed here.
+    assert f"grader from {(autograder.root / 'source' / 'grader').resolve()}" in done.stdout
+
+
+def test_untouched_stubs_score_zero(autograder):
+    files = {f"{c.module}.py": (COURSE_ROOT / "exercises" / f"{c.module}.py").read_text() for c in CHAPTERS}
+    results, _ = autograder(files)
+    assert results["score"] == 0 and results["max_score"] == TOTAL
+    assert list(scores(results)) == EXERCISES
+    assert all(test["score"] == 0 and test["output"].startswith("not implemented yet")
+               for test in results["tests"])
+
+
+def test_a_notebook_in_a_folder_among_other_files(autograder):
+    notebook = notebook_text(CH01, SOLUTION, COURSE_ROOT, "solutions")
+    results, _ = autograder({
+        f"homework/{CH01.module}.ipynb": notebook,
+        f"homework/{CH01.module}.py": STUB,  # the untouched .py beside the notebook worked in
+        "homework/README.md": "my notes",
+        "homework/scratch.py": "x = 1\n",
+        f"__MACOSX/homework/._{CH01.module}.ipynb": b"\x00\x05\x16\x07 Mac OS X metadata",
+    })
+    assert results["score"] == CH01.points and results["max_score"] == TOTAL
+    for name, (score, maximum) in scores(results).items():
+        assert score == (maximum if name.startswith("ch01") else 0)
+    missing = next(test for test in results["tests"] if test["name"].startswith("ch02"))
+    assert f"expected {CH02.module}.py or {CH02.module}.ipynb" in missing["output"]
+    assert f"Graded ch01 from homework/{CH01.module}.ipynb." in results["output"]
+    assert f"Ignored homework/{CH01.module}.py: ch01 was graded from homework/{CH01.module}.ipynb" \
+        in results["output"]
+    assert "Ignored homework/scratch.py: its name names no chapter" in results["output"]
+    assert "__MACOSX" not in results["output"]
+    assert results["extra_data"]["files"] == {"ch01": f"homework/{CH01.module}.ipynb"}
+
+
+def test_a_submission_cannot_write_its_own_results(autograder):
+    results_path = autograder.root / "results" / "results.json"
+    forger = SOLUTION + f'''
+
+import json as _json, os as _os, time as _time
+
+def _forge():
+    try:
+        with open({str(results_path)!r}, "w") as file:
+            _json.dump({{"score": 1000, "output": "forged", "tests": []}}, file)
+    except OSError:
+        pass
+
+_forge()
+if _os.fork() == 0:  # a process that outlives its worker and keeps writing
+    try:
+        _os.setsid()
+        for _ in range(200):
+            _forge()
+            _time.sleep(0.05)
+    finally:
+        _os._exit(0)
+'''
+    results, _ = autograder({f"{CH01.module}.py": forger})
+    assert results["score"] == CH01.points  # the solution's points, no more
+    assert "forged" not in results_path.read_text()
+    time.sleep(0.5)  # a process left behind would have written by now
+    assert results_of(autograder.root) == results
+
+
+def test_as_root_student_code_runs_as_an_unprivileged_account(bundle, tmp_path):
+    from grader.gradescope import _can_run_python
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("only root can change user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no account nobody")
+    if not _can_run_python(nobody.pw_uid, nobody.pw_gid):
+        pytest.skip("nobody cannot read this Python's files (installed in a private home folder?)")
+    root = gradescope_root(bundle, tmp_path / "autograder")
+    # softmax is right only when it does not run as root.
+    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION + '''
+import os as _os
+_softmax = softmax
+def softmax(x, dim=-1):
+    return x if _os.getuid() == 0 else _softmax(x, dim)
+''')
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "MHA_COURSE_PYTHON": sys.executable,
+           "MHA_COURSE_STUDENT_USER": "nobody"}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert "student code runs as nobody" in done.stdout, done.stdout + done.stderr
+    assert results_of(root)["score"] == CH01.points
+
+
+def test_an_empty_submission_gets_zero_and_says_what_was_expected(autograder):
+    # A link to the reference solution is not the student's work.
+    link = autograder.root / "submission" / f"{CH01.module}.py"
+    link.symlink_to(autograder.root / "source" / "solutions" / f"{CH01.module}.py")
+    results, _ = autograder({"README.md": "I forgot my files"})
+    assert results["score"] == 0 and results["max_score"] == TOTAL
+    assert list(scores(results)) == EXERCISES and all(s == 0 for s, _ in scores(results).values())
+    assert "No exercise file was found in the submission" in results["output"]
+    assert f"{CH01.module}.py" in results["output"] and ".ipynb" in results["output"]
+    assert f"Ignored {CH01.module}.py: a link, not a file to grade" in results["output"]
+
+
+def test_a_grader_that_cannot_start_still_leaves_a_results_json(bundle, tmp_path):
+    root = gradescope_root(bundle, tmp_path / "autograder")
+    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    (root / "results" / "results.json").write_text('{"score": 1000}')  # left by someone else
+    done = run_autograder(root, python=str(tmp_path / "no-such-python"))
+    assert done.returncode == 0
+    results = results_of(root)
+    assert results["score"] == 0 and results["tests"] == []
+    assert "not a verdict on your code" in results["output"]
+
+
+def test_an_assignment_of_some_chapters_with_results_after_the_due_date(tmp_path):
+    bundle = tmp_path / "ch02.zip"
+    write_bundle(bundle, [CH02], visibility="after_due_date")
+    root = gradescope_root(bundle, tmp_path / "autograder")
+    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    assert run_autograder(root).returncode == 0
+    results = results_of(root)
+    assert results["score"] == 0 and results["max_score"] == CH02.points
+    assert list(scores(results)) == [f"ch02 {exercise.name}" for exercise in CH02.exercises]
+    assert results["visibility"] == "after_due_date"
+    assert all(test["visibility"] == "after_due_date" for test in results["tests"])
+    assert f"Ignored {CH01.module}.py: ch01 is not graded in this assignment" in results["output"]
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def mha_course(*args: str, cwd: Path = COURSE_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_the_command_writes_the_bundle(tmp_path, bundle):
+    out = tmp_path / "autograder.zip"
+    done = mha_course("gradescope", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    with zipfile.ZipFile(out) as built, zipfile.ZipFile(bundle) as expected:
+        assert built.namelist() == expected.namelist()
+    done = mha_course("gradescope", str(out), "-c", "2", "--chapter", "ch01", "--visibility", "hidden")
+    assert done.returncode == 0 and "grades ch01, ch02 (19 points), results hidden" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["autograder.tar"], "must be a .zip file"),
+    (["missing/autograder.zip"], "no such directory: missing"),
+    (["."], "must be a .zip file"),
+    (["autograder.zip", "--chapter", "ch9"], "unknown chapter 'ch9'"),
+    (["autograder.zip", "--visibility", "sometimes"], "Invalid value for '--visibility'"),
+])
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    done = mha_course("gradescope", *args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_folder_named_like_a_zip_is_a_usage_error(tmp_path):
+    (tmp_path / "autograder.zip").mkdir()
+    done = mha_course("gradescope", "autograder.zip", cwd=tmp_path)
+    assert done.returncode == 2 and "is a folder" in done.stderr
+
+
+def test_the_bundle_needs_the_reference_solutions(tmp_path):
+    from grader.gradescope import BundleError
+
+    edition = tmp_path / "edition"
+    shutil.copytree(COURSE_ROOT / "grader", edition / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(COURSE_ROOT / name, edition / name)
+    with pytest.raises(BundleError, match="build it from the instructor's tree"):
+        write_bundle(tmp_path / "autograder.zip", root=edition)
+    assert not (tmp_path / "autograder.zip").exists()

@@ -1,0 +1,193 @@
+"""The student edition: ``mha-course release DIR`` and grading inside it.
+
+One edition is built for the module (one recorded seed keeps it fast); the
+edition's grader runs as a student's would, ``python -m grader`` from inside
+it with nothing installed (``PYTHONPATH=DIR``), and must give the verdicts,
+messages and hints the instructor's tree gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grader import recorded
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.cli import main
+from grader.compare import matches
+from grader.edition import revealing_passages, solution_blocks, write_edition
+from grader.grading import grade
+from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.report import results_json
+
+SEED = 20240601
+# One bug a chapter, in different exercises and kinds of output (weights,
+# masks, module outputs, caches, RoPE), each with a hint in both trees.
+BUGS = {
+    "ch01": ("scaled_dot_product_attention", "no-scale"),
+    "ch02": ("cross_attention", "padding-hides-queries"),
+    "ch03": ("MultiHeadAttention", "reshape-without-transpose"),
+    "ch04": ("causal_mask", "top-left"),
+    "ch05": ("apply_rope", "pairs-are-halves"),
+}
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("edition") / "mha-course"
+    write_edition(folder, [SEED], jobs=1)
+    return folder
+
+
+def _edition_grade(edition: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m grader`` run as a student runs it: inside the edition,
+    which comes first on the path, with nothing installed for it."""
+    env = {**os.environ, "PYTHONPATH": str(edition)}
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=edition, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def _bug_folder(folder: Path) -> Path:
+    """One file a chapter, each the solution with that chapter's bug of ``BUGS``."""
+    folder.mkdir()
+    for chapter in CHAPTERS:
+        source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        (bug,) = [bug for bug in KNOWN_BUGS[chapter.id] if (bug.exercise, bug.name) == BUGS[chapter.id]]
+        (folder / f"{chapter.module}.py").write_text(apply_bug(source, bug), encoding="utf-8")
+    return folder
+
+
+# -- what the edition holds -------------------------------------------------------------
+
+
+def test_edition_holds_no_solution_code(edition):
+    assert not (edition / "solutions").exists()
+    assert not (edition / "tests").exists()
+    assert revealing_passages(edition) == []
+    for chapter in CHAPTERS:
+        assert (edition / "exercises" / f"{chapter.module}.py").is_file()
+        assert (edition / "exercises" / f"{chapter.module}.ipynb").is_file()
+        assert (edition / "grader" / "recorded" / f"{chapter.id}.rec").is_file()
+        assert (edition / "chapters" / chapter.folder / "README.md").is_file()
+
+
+def test_the_search_for_solution_code_finds_it(tmp_path):
+    """The check above is not vacuous: a copied solution block is found."""
+    block = max(solution_blocks(), key=len)
+    (tmp_path / "notes.py").write_text("x = 1\n" + "\n".join(f"    {line}" for line in block) + "\n")
+    assert revealing_passages(tmp_path)
+
+
+def test_edition_keeps_the_hints_not_the_bugs(edition):
+    text = (edition / "grader" / "bugs" / "ch01.py").read_text(encoding="utf-8")
+    for bug in KNOWN_BUGS["ch01"]:
+        assert repr(bug.hint) in text
+        assert repr(bug.old) not in text and repr(bug.new) not in text
+
+
+def test_edition_readme_and_project(edition):
+    readme = (edition / "README.md").read_text(encoding="utf-8")
+    assert "Student edition" in readme and "## For instructors" not in readme
+    assert '"grader" = ["recorded/*"]' in (edition / "pyproject.toml").read_text(encoding="utf-8")
+    index = json.loads((edition / "grader" / "recorded" / "index.json").read_text(encoding="utf-8"))
+    assert index["seeds"] == [SEED]
+
+
+def test_instructor_tree_does_not_replay():
+    assert not recorded.is_edition()
+    assert recorded.MODE is None
+    assert not (COURSE_ROOT / "grader" / "recorded").exists()
+
+
+# -- grading in the edition -----------------------------------------------------------------
+
+
+def test_edition_grades_reference_and_bugs_as_the_instructor_tree(edition, tmp_path):
+    bugs = _bug_folder(tmp_path / "bugs")
+    ran = _edition_grade(edition, "grade", "--dir", str(bugs), "--seed", str(SEED), "--json")
+    assert ran.returncode == 1, ran.stderr
+    in_edition = json.loads(ran.stdout)
+    mine = results_json(grade([(c, bugs / f"{c.module}.py") for c in CHAPTERS], seed=SEED))
+    # Each exercise: status, score, every failed check with its message and hint.
+    assert in_edition["tests"] == mine["tests"]
+    assert in_edition["score"] == mine["score"] < mine["max_score"]
+    assert sum("hint:" in test["output"] for test in mine["tests"]) >= len(BUGS)
+
+    # The reference, with the seed chosen for us (the only one recorded).
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    for chapter in CHAPTERS:
+        (solutions / f"{chapter.module}.py").write_bytes(
+            (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_bytes())
+    ran = _edition_grade(edition, "grade", "--dir", str(solutions))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    total = sum(chapter.points for chapter in CHAPTERS)
+    assert f"{total} / {total} points" in ran.stdout and f"seed {SEED}" in ran.stdout
+
+
+def test_edition_refuses_a_seed_it_did_not_record(edition):
+    ran = _edition_grade(edition, "grade", "ch01", "--seed", "7")
+    assert ran.returncode != 0
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"use one of {SEED}" in lines[0]
+
+
+def test_release_refuses_a_used_folder(tmp_path, capsys):
+    (tmp_path / "something").write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        main(["release", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "not an empty folder" in capsys.readouterr().err
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def test_a_call_that_was_not_recorded_is_a_grader_error():
+    reference = recorded.Replayer.__new__(recorded.Replayer)
+    reference._recordings = {"ch01": recorded.Recording()}
+    replay = reference.reference(find_chapter("ch01"), "test_ch01_self_attention.py::test_x")
+    with pytest.raises(recorded.NotRecorded, match="test_ch01_self_attention.py::test_x"):
+        replay.softmax(torch.ones(3), dim=-1)
+
+
+def test_recorded_answers_come_back_equal_and_fresh():
+    chapter = find_chapter("ch01")
+    recording = recorded.Recording()
+    x = torch.randn(2, 3)
+    answer = (torch.softmax(x, -1), np.ones((2, 2)), 3, None, [torch.zeros(1, dtype=torch.bool)])
+    recording.answers[recorded.digest("ch01", "softmax", (x,), {"dim": -1}, None)] = recorded._plain(answer)
+    loaded = recorded.Recording.from_bytes(recording.to_bytes())
+    replay = recorded.ReplayReference(chapter, "check", loaded)
+    first = replay.softmax(x.clone(), dim=-1)
+    assert recorded._equal(first, answer)
+    first[0].zero_()  # a check that changes an answer in place changes no later one
+    assert recorded._equal(replay.softmax(x, dim=-1), answer)
+    with pytest.raises(recorded.NotRecorded):
+        replay.softmax(x, dim=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fingerprint_matches_as_compare_does(dtype):
+    generator = torch.Generator().manual_seed(0)
+    wrong = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64).to(dtype)
+    wrong[1, 2, 3] = float("nan")
+    wrong[2, 0, 0] = float("-inf")
+    fingerprint = recorded.Fingerprint.of(wrong)
+    shifted = wrong.clone()
+    shifted[0] += 0.5  # one row off: a fingerprint sees it
+    near = wrong * (1 + 1e-9) if dtype == torch.float64 else wrong * (1 + 1e-6)
+    no_nan = wrong.nan_to_num(0.0, neginf=float("-inf"))
+    for got in (wrong.clone(), near, shifted, no_nan, wrong.float() if dtype == torch.float64 else wrong.double(),
+                wrong[0], wrong.numpy()):
+        assert fingerprint.matched_by(got) == matches(got, wrong)
+        assert matches(got, fingerprint) == matches(got, wrong)  # compare's hook
+    with pytest.raises(TypeError):
+        fingerprint[0]
