@@ -49,8 +49,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
-from grader.cli import SUBMISSION_SUFFIXES, chapter_file
+from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter, chapter_file
 
 # torch and the grading modules are imported inside the functions that grade,
 # so that the command line's checks of its arguments answer before torch loads.

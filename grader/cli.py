@@ -19,7 +19,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, chapter_for_file, find_chapter
+from grader.catalog import (
+    CHAPTERS,
+    COURSE_ROOT,
+    SUBMISSION_SUFFIXES,
+    Chapter,
+    UnknownChapter,
+    chapter_file,
+    chapter_for_file,
+    find_chapter,
+)
 
 app = typer.Typer(
     help="Grade the exercises of the attention course, and build them from the solutions.",
@@ -41,17 +50,6 @@ class Device(str, enum.Enum):
 def usage_error(message: str) -> NoReturn:
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
-
-
-SUBMISSION_SUFFIXES = (".py", ".ipynb")
-
-
-def chapter_file(chapter: Chapter, directory: Path) -> Path | None:
-    """The chapter's submission in ``directory``: ``chNN_topic.py`` or
-    ``chNN_topic.ipynb``; with both, the one saved last (the one being worked on)."""
-    found = [directory / f"{chapter.module}{suffix}" for suffix in SUBMISSION_SUFFIXES]
-    found = [path for path in found if path.is_file()]
-    return max(found, key=lambda path: path.stat().st_mtime) if found else None
 
 
 def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import re
 import secrets
 import shutil
 from concurrent.futures import ProcessPoolExecutor

@@ -59,9 +59,16 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, chapter_for_file, find_chapter
+from grader.catalog import (
+    CHAPTERS,
+    COURSE_ROOT,
+    SUBMISSION_SUFFIXES,
+    Chapter,
+    UnknownChapter,
+    chapter_for_file,
+    find_chapter,
+)
 
-SUBMISSION_SUFFIXES = (".py", ".ipynb")  # as `mha-course grade` reads them
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
 STUDENT_USER = "mha-student"  # the account setup.sh creates for student code
 VENV = "/opt/mha-course/venv"  # where setup.sh installs the course and torch

@@ -226,7 +226,7 @@ def test_the_command_line_grades_a_notebook_and_says_a_corrupt_one_in_a_line(tmp
 
 
 def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
-    from grader.cli import chapter_file
+    from grader.catalog import chapter_file
 
     py = tmp_path / f"{CH01.module}.py"
     notebook = tmp_path / f"{CH01.module}.ipynb"
