@@ -1,5 +1,5 @@
 """``python -m grader`` is the same as the ``mha-course`` command."""
 
-from grader.cli import main
+from grader.cli import run
 
-main()
+run()

@@ -8,6 +8,8 @@ so ``list`` and ``--help`` answer at once.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import enum
 import os
 import sys
@@ -399,3 +401,25 @@ def main(argv: list[str] | None = None) -> None:
                      highlight=False, soft_wrap=True)
         sys.exit(error.exit_code or USAGE_ERROR)
     sys.exit(code or 0)
+
+
+def run() -> NoReturn:
+    """The ``mha-course`` program: ``main``, then a quick exit.
+
+    Everything is written and closed by then; what a normal exit would add
+    is the teardown of torch's and pytest's modules, half a second that
+    nobody waits for gladly. Exit handlers still run.
+    """
+    try:
+        main()
+        code: object = 0
+    except SystemExit as done:
+        code = done.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a closed pipe (| head) has nothing to lose
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code or 0)

@@ -408,13 +408,12 @@ def _stop_leftovers(rounds: int = 50) -> int:
 
 
 def _drop_root_in_workers(user: str) -> tuple[tuple[int, int] | None, str]:
-    """Run every worker forked from now on as ``user``, when this process is
+    """Run every worker started from now on as ``user``, when this process is
     root and that account can run Python; returns its ``(uid, gid)`` (None
     when nothing changes) and a line for the log.
 
-    The hook runs in each child of ``os.fork`` before the sandbox gets
-    control, so no student statement ever runs as root. A child that cannot
-    change user ends at once instead of going on as root.
+    A worker changes user before it runs any student statement; one that
+    cannot ends at once instead of going on as root (``sandbox.run_workers_as``).
     """
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None, ""
@@ -426,16 +425,9 @@ def _drop_root_in_workers(user: str) -> tuple[tuple[int, int] | None, str]:
     if not _can_run_python(uid, gid):
         return None, (f"warning: student code runs as root: {user} cannot read Python's or "
                       "torch's files, which workers may import from")
+    from grader.sandbox import run_workers_as
 
-    def become_student() -> None:
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-        except OSError:
-            os._exit(70)
-
-    os.register_at_fork(after_in_child=become_student)
+    run_workers_as(uid, gid)
     return (uid, gid), f"student code runs as {user}"
 
 

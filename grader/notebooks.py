@@ -22,9 +22,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
+from typing import TYPE_CHECKING
 
 from grader.catalog import Chapter
+
+if TYPE_CHECKING:
+    import nbformat
 
 SETUP, EXERCISE, TRY, PLOT, GRADE, LESSON = "setup", "exercise", "try", "plot", "grade", "lesson"
 NOT_GRADED = frozenset({TRY, PLOT, GRADE})  # cells whose code is never run by the grader
@@ -48,6 +51,8 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
         root: the course folder (lessons and extra cells are read from it).
         edition: "exercises" or "solutions", recorded in the metadata.
     """
+    import nbformat  # here: grading a .py file need not import it
+
     folder = root / "chapters" / chapter.folder
     extra = extra_cells(folder / "notebook.py")
     unknown = sorted(set(extra) - {exercise.name for exercise in chapter.exercises} - {"plot"})
@@ -251,6 +256,8 @@ def read_notebook(path: Path) -> NotebookCode:
     if not isinstance(version, int) or version not in (3, 4):
         raise NotebookError(f"{path.name} says it is notebook format {version!r}; the grader reads "
                             "format 4 (and 3): save it with a current Jupyter")
+    import nbformat  # here: grading a .py file need not import it
+
     try:
         notebook = nbformat.reads(text, as_version=4)
     except Exception as error:  # nbformat's own errors vary between versions

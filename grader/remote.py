@@ -22,7 +22,8 @@ from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief, fail
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
-from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, probe
+from grader.forkserver import ForkServer
+from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
 from grader.static_scan import forbidden_calls, is_internal
 from grader.wire import WireError, decode, devices, encode
 
@@ -53,14 +54,18 @@ class RemoteSubmission:
         device: where the student's functions get their inputs. The grader
             itself computes on the CPU and never initialises CUDA, so that
             forked workers can.
+        server: the fork server holding ``submission`` under the chapter's
+            id; None starts one of its own when a worker is first needed.
     """
 
     def __init__(self, chapter: Chapter, submission: Submission | SubmissionError,
-                 limits: Limits, device: torch.device):
+                 limits: Limits, device: torch.device, server: ForkServer | None = None):
         self.chapter = chapter
         self.submission = submission
         self.limits = limits
         self.device = str(device)
+        self._server = server
+        self._own_server: ForkServer | None = None
         self.notes: list[str] = []
         self._loaded_file = LoadResult()
         self._load_failure: str | None = None
@@ -84,7 +89,7 @@ class RemoteSubmission:
             self._load_failure = str(self.submission)
             return
         self._signatures = _signatures(self.submission)
-        self._loaded_file = probe(self.submission, self.limits)
+        self._loaded_file = probe(self._fork_server(), self.chapter.id, self.limits)
         where = self.submission.where
         notes = [(problem.line, str(problem)) for problem in self.submission.problems]
         notes += [(line, f"{where(line)} {reason}; grading went on without it")
@@ -109,6 +114,14 @@ class RemoteSubmission:
 
     def close(self) -> None:
         self._stop_worker()
+        if self._own_server is not None:
+            self._own_server.close()
+            self._own_server = None
+
+    def _fork_server(self) -> ForkServer:
+        if self._server is None and self._own_server is None:
+            self._own_server = fork_server({self.chapter.id: self.submission})
+        return self._server or self._own_server
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -248,7 +261,8 @@ class RemoteSubmission:
 
     def _worker_for(self, exercise: str) -> Worker:
         if self._worker is None:
-            self._worker = Worker(self.submission, self.limits, frozenset(self._loaded_file.skipped))
+            self._worker = Worker(self._fork_server(), self.chapter.id, self.limits,
+                                  frozenset(self._loaded_file.skipped))
             self._worker_exercise = exercise
         return self._worker
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import faulthandler
+import functools
 import linecache
 import os
 import resource
@@ -31,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader import wire
 from grader.catalog import KERNELS
+from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission
 from grader.module_calls import ModuleCall, run_module_call
 from grader.notebook_check import WORKER_VARIABLE
@@ -238,8 +241,27 @@ def _describe_error(error: BaseException, filename: str) -> dict:
     }
 
 
-def _isolate(submission: Submission, limits: Limits) -> None:
-    """Make this freshly forked process a worker: limits, silence, one thread."""
+_STUDENT_ACCOUNT: tuple[int, int] | None = None  # (uid, gid) workers run as; None: as the grader
+
+
+def run_workers_as(uid: int, gid: int) -> None:
+    """Run every worker started from now on as this account: the grader
+    runs as root (Gradescope), student code must not. Call it before grading."""
+    global _STUDENT_ACCOUNT
+    _STUDENT_ACCOUNT = (uid, gid)
+
+
+def _isolate(submission: Submission, limits: Limits, inherited: int) -> None:
+    """Make this freshly forked process a worker: limits, silence, one thread.
+    ``inherited``: the address space it was forked with, in bytes (0: unknown)."""
+    if _STUDENT_ACCOUNT is not None:
+        uid, gid = _STUDENT_ACCOUNT
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        except OSError:
+            os._exit(70)  # rather no worker than student code running as root
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
     os.environ[WORKER_VARIABLE] = "1"  # a check() left in graded code does nothing here
     with contextlib.suppress(OSError, AttributeError):  # Linux only
@@ -247,7 +269,6 @@ def _isolate(submission: Submission, limits: Limits) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     faulthandler.disable()  # a crash is reported by the grader, not dumped on its terminal
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    inherited = _address_space_bytes()
     if limits.memory_bytes and inherited:
         # The fork inherits torch's address space; allow that plus the budget.
         # (Not with CUDA: it reserves far more address space than it uses.)
@@ -369,7 +390,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             for kernel in KERNELS.get(dotted, ()):
                 kernels.setdefault(kernel, dotted)
         grad = request.get("grad")
-        mode = _ForbiddenCalls(banned)
+        # Each mode costs microseconds on every torch call: entered only when needed.
+        mode = _ForbiddenCalls(banned) if banned else None
         below = _ForbiddenKernels(kernels) if kernels else None
         tracker = _DeviceTracker(filename) if request.get("portability") else None
         try:
@@ -380,7 +402,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
                     args[index] = args[index].detach().requires_grad_(True)
             if tracker is not None:
                 tracker.mark_inputs([*args, *kwargs.values()])
-            with mode, below or contextlib.nullcontext(), tracker or contextlib.nullcontext():
+            with mode or contextlib.nullcontext(), below or contextlib.nullcontext(), \
+                    tracker or contextlib.nullcontext():
                 if recipe is None:
                     result = getattr(module, name)(*args, **kwargs)
                 else:
@@ -394,7 +417,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             answer = {"ok": False, "error": _describe_error(error, filename)}
             if tracker is not None:
                 answer["portability"] = tracker.problem(None)
-        used = mode.used or (below.used if below is not None else None)
+        used = next((guard.used for guard in (mode, below) if guard is not None and guard.used), None)
         if used:
             answer = {"ok": False, "error": {"type": "Forbidden", "message": used, "line": 0, "code": ""}}
         # Sent back so the grader can tell whether the function changed its inputs.
@@ -416,8 +439,14 @@ def _gradients(result: object, args: list, grad: dict) -> dict:
     return {"ok": True, "values": [wire.encode(g) for g in grads]}
 
 
-def _child_main(read_fd: int, write_fd: int, submission: Submission, limits: Limits,
-                skip: frozenset[int], report: bool) -> None:
+def _worker_main(inherited: int, submission: Submission, read_fd: int, write_fd: int,
+                 request: dict) -> None:
+    """The body of a worker, in the child the fork server forked: set up,
+    run the file's statements, answer calls. ``request`` is ``Worker``'s;
+    ``inherited`` the address space of the process it was forked from."""
+    limits = Limits(**request["limits"])
+    skip, report = frozenset(request["skip"]), request["report"]
+
     def send(message: dict) -> None:
         data = wire.dump(message)
         view = memoryview(data)
@@ -431,7 +460,7 @@ def _child_main(read_fd: int, write_fd: int, submission: Submission, limits: Lim
         payload = _read_exactly(read_fd, sum(wire.HEADER.unpack(header)))
         return None if payload is None else wire.load(header, payload)
 
-    _isolate(submission, limits)
+    _isolate(submission, limits, inherited)
     module = _run_statements(submission, skip, send, report)
     _serve(module, receive, send)
 
@@ -450,11 +479,19 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
 # -- the grader's side --------------------------------------------------------
 
 
+def fork_server(submissions: dict[str, Submission]) -> ForkServer:
+    """Start the process that forks the workers of these submissions, by key."""
+    # Measured here once rather than in every worker (a millisecond each):
+    # the server, and the workers it forks, start with this address space.
+    return ForkServer(submissions, functools.partial(_worker_main, _address_space_bytes()))
+
+
 class Worker:
     """A forked process that has run a submission and answers calls into it.
 
     Args:
-        submission: the parsed file to run.
+        server: the fork server that forks it (``fork_server``).
+        key: which of the server's submissions it runs.
         limits: time, memory and output limits.
         skip: first lines of top-level statements not to run (ones that hung
             or killed an earlier worker).
@@ -462,33 +499,18 @@ class Worker:
             summary of what the file defined once done (used to probe a file).
     """
 
-    # The grader's ends of the pipes of every live worker: a new worker
-    # closes them, so it cannot talk to, or listen to, another one.
-    _grader_fds: set[int] = set()
-
-    def __init__(self, submission: Submission, limits: Limits,
+    def __init__(self, server: ForkServer, key: str, limits: Limits,
                  skip: frozenset[int] = frozenset(), report: bool = False):
         self.limits = limits
-        to_child_read, to_child_write = os.pipe()
-        from_child_read, from_child_write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child never returns into the grader's code
-            try:
-                for fd in (to_child_write, from_child_read, *Worker._grader_fds):
-                    os.close(fd)
-                _child_main(to_child_read, from_child_write, submission, limits, skip, report)
-            finally:
-                os._exit(0)
-        os.close(to_child_read)
-        os.close(from_child_write)
-        self.pid = pid
-        self._to_child = to_child_write
-        self._from_child = from_child_read
-        Worker._grader_fds.update((to_child_write, from_child_read))
+        self._server = server
+        request = {"limits": dataclasses.asdict(limits), "skip": sorted(skip), "report": report}
+        try:
+            self.pid, self._to_child, self._from_child = server.spawn(key, request)
+        except ForkServerError as error:
+            raise WorkerDied(f"could not be started ({error})", "crash") from None
         self.last_line: int | None = None  # last statement reported while loading
         self._status: int | None = None
+        self._running = True
 
     # Frames from the child are read against a deadline; a missing answer
     # is a timeout, an end of file is a death whose cause waitpid tells.
@@ -545,7 +567,14 @@ class Worker:
 
     def _death(self) -> WorkerDied:
         """Why the child is gone, from its exit status."""
-        status = self._wait()
+        self._close_pipes()
+        try:
+            status, was_running = self._server.status(self.pid)
+        except ForkServerError as error:
+            return WorkerDied(f"stopped answering ({error})")
+        self._running = False
+        if was_running:  # it closed its end of the pipe and went on
+            return WorkerDied("closed its connection to the grader", "protocol")
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             if number == signal.SIGSEGV:
@@ -556,32 +585,22 @@ class Worker:
         code = os.WEXITSTATUS(status)
         return WorkerDied(f"ended the process (exit status {code}), e.g. with os._exit()", "exit")
 
-    def _wait(self) -> int:
-        if self._status is None:
-            while True:
-                try:
-                    _, self._status = os.waitpid(self.pid, 0)
-                    break
-                except ChildProcessError:
-                    self._status = 0
-                    break
-                except InterruptedError:
-                    continue
-        return self._status
-
     def kill(self) -> None:
-        """Stop the worker now and reap it; safe to call more than once."""
-        if self._status is None:
-            with contextlib.suppress(ProcessLookupError):
+        """Stop the worker now; safe to call more than once. The fork server
+        reaps it, so this does not wait for the process to end."""
+        if self._running:
+            self._running = False
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.pid, signal.SIGKILL)
-            self._wait()
-        for fd in (self._to_child, self._from_child):
-            if fd in Worker._grader_fds:
-                Worker._grader_fds.discard(fd)
-                os.close(fd)
-        self._to_child = self._from_child = -1
+        self._close_pipes()
 
     close = kill
+
+    def _close_pipes(self) -> None:
+        for fd in (self._to_child, self._from_child):
+            if fd >= 0:
+                os.close(fd)
+        self._to_child = self._from_child = -1
 
 
 @dataclass
@@ -604,7 +623,7 @@ class LoadResult:
     failure: str | None = None
 
 
-def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> LoadResult:
+def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> LoadResult:
     """Run a file's top-level statements once and report what it defines.
 
     A statement that hangs or kills the worker is skipped and the file run
@@ -614,7 +633,7 @@ def probe(submission: Submission, limits: Limits, max_faults: int = 3) -> LoadRe
     """
     skipped: dict[int, str] = {}
     while True:
-        worker = Worker(submission, limits, frozenset(skipped), report=True)
+        worker = Worker(server, key, limits, frozenset(skipped), report=True)
         deadline = time.monotonic() + limits.check_seconds
         line = None
         try:

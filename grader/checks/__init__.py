@@ -18,6 +18,7 @@ from __future__ import annotations
 import types
 
 import pytest
+import torch
 
 from grader.compare import expect_close, fail, unpack
 from grader.module_calls import ModuleCall, run_module_call
@@ -28,6 +29,14 @@ exercise = pytest.mark.exercise
 def case_ids(cases) -> list[str]:
     """The ids of parametrize cases written as ``(id, ...)`` tuples."""
     return [case[0] for case in cases]
+
+
+def broadcast_shape(*shapes) -> torch.Size:
+    """``torch.broadcast_shapes(*shapes)``, which imports torch._refs and
+    sympy on its first call: a second of a whole-course grade. Raises
+    RuntimeError for shapes that do not broadcast."""
+    scalar = torch.zeros(())
+    return torch.broadcast_tensors(*(scalar.expand(shape) for shape in shapes))[0].shape
 
 
 def run(submission, name: str, *args, **kwargs):

@@ -33,3 +33,25 @@ def gradients(function, args, wrt, grad_output):
     leaves = [a.detach().clone().requires_grad_(i in wrt) for i, a in enumerate(args)]
     scalar = (function(*leaves) * grad_output).sum()  # as the worker does it
     return torch.autograd.grad(scalar, [leaves[i] for i in wrt])
+
+
+def multihead_attention(module: torch.nn.MultiheadAttention, query, key, value,
+                        key_padding_mask=None, **kwargs):
+    """``module(query, key, value, key_padding_mask=key_padding_mask, **kwargs)``.
+
+    The padding mask reaches the module as the ``(N * H, L, S)`` attn_mask
+    that the module would turn it into itself, because the module checks a
+    key_padding_mask's shape with ``torch._check_with``, whose first call
+    imports sympy: half a second of a whole-course grade. Shapes: query
+    ``(N, L, E)`` when ``module.batch_first``, else ``(L, N, E)``;
+    key_padding_mask ``(N, S)``, bool (True = ignore) or additive.
+    """
+    if key_padding_mask is None:
+        return module(query, key, value, **kwargs)
+    if kwargs.get("attn_mask") is not None:
+        raise ValueError("give either key_padding_mask or attn_mask")
+    batch, length = (query.shape[0], query.shape[1]) if module.batch_first else (query.shape[1], query.shape[0])
+    keys = key_padding_mask.shape[-1]
+    per_head = key_padding_mask.reshape(batch, 1, 1, keys).expand(batch, module.num_heads, length, keys)
+    return module(query, key, value, attn_mask=per_head.reshape(batch * module.num_heads, length, keys),
+                  **kwargs)

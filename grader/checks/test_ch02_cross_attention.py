@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.checks import (
+    broadcast_shape,
     case_ids,
     exercise,
     expect_attention,
@@ -212,7 +213,7 @@ def test_convert_mask_block_drives_multihead_attention(submission, inputs):
     got, call = run(submission, "convert_mask", key_is_real, "attend", "block")
     expect_like(got, key_is_real, call)
     with torch.no_grad():
-        output, _ = attention(query, context, context, key_padding_mask=got)
+        output, _ = oracles.multihead_attention(attention, query, context, context, key_padding_mask=got)
         # The oracle: run each sequence on its real keys alone; no mask at all.
         expected = torch.stack([attention(query[b:b + 1], context[b:b + 1, :n], context[b:b + 1, :n])[0][0]
                                 for b, n in enumerate((6, 2, 4))])
@@ -315,7 +316,7 @@ def test_combine_masks_works_on_multi_head_scores(submission, bugs, inputs, case
         fail(f"{call} has dtype {got.dtype}, expected torch.bool")
     scores_shape = (batch, heads, queries, keys)
     try:
-        broadcast = torch.broadcast_shapes(got.shape, scores_shape)
+        broadcast = broadcast_shape(got.shape, scores_shape)
     except RuntimeError:
         broadcast = None
     if broadcast != scores_shape:

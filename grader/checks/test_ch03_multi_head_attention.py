@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.checks import (
+    broadcast_shape,
     case_ids,
     exercise,
     expect_attention,
@@ -50,7 +51,7 @@ def _merge_oracle(x: torch.Tensor) -> torch.Tensor:
 def _head_loop(query, key, value, num_heads, w_q, w_k, w_v, w_o, mask=None):
     """Multi-head attention one head at a time with F.scaled_dot_product_attention."""
     d, d_v = w_q.shape[0] // num_heads, w_v.shape[0] // num_heads
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    batch = broadcast_shape(query.shape[:-2], key.shape[:-2])
     length, keys = query.shape[-2], key.shape[-2]
     outputs = []
     for h in range(num_heads):
@@ -582,7 +583,8 @@ def _torch_inputs(inputs, case, in_bias=True, out_bias=True):
 def _torch_forward_oracle(args, state, batch_first, key_padding_mask=None):
     query, key, value, heads = args[:4]
     module = _torch_module(state, query.shape[-1], heads, batch_first=batch_first)
-    output, _ = module(query, key, value, key_padding_mask=key_padding_mask, need_weights=False)
+    output, _ = oracles.multihead_attention(module, query, key, value, key_padding_mask,
+                                            need_weights=False)
     return output.detach()
 
 

@@ -1,0 +1,238 @@
+"""A small process that forks every worker, so the grader forks only once.
+
+A fork is not free for the process that forks: afterwards every page it
+writes to is copied, and a grader that forked a worker per exercise copied
+its working set (pytest, the checks, the reference) once per fork, about
+80,000 page faults for a whole course. The fork server is forked from the
+grader once, when the submissions are parsed, and then sits idle while the
+grader runs its checks: forking from it leaves the grader's memory alone,
+and the reaping of killed workers (milliseconds each) happens there too.
+
+The server inherits the parsed submissions, so a request names one by key.
+It never runs student code itself: only its children do (``sandbox``).
+
+Protocol, over a Unix socket pair: each message is a 4-byte length and a
+JSON object. A ``spawn`` answer carries the grader's ends of the worker's
+two pipes as passed file descriptors (SCM_RIGHTS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable
+
+from grader.loading import Submission
+
+_LENGTH = struct.Struct("!I")
+_MAX_FDS = 2
+GRACE_SECONDS = 1.0  # for a worker whose pipe closed to end by itself
+
+
+class ForkServerError(RuntimeError):
+    """The fork server stopped answering (a bug of the grader, or it was killed)."""
+
+
+class ForkServer:
+    """Forks workers for the given submissions on request.
+
+    Args:
+        submissions: what workers may run, by key (a chapter id).
+        run_worker: ``run_worker(submission, read_fd, write_fd, request)``,
+            the body of a worker; it runs in the forked child and never returns.
+    """
+
+    def __init__(self, submissions: dict[str, Submission],
+                 run_worker: Callable[[Submission, int, int, dict], None]):
+        grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                grader_end.close()
+                _serve(server_end, submissions, run_worker)
+            finally:
+                os._exit(0)
+        server_end.close()
+        self.pid = pid
+        self._socket: socket.socket | None = grader_end
+
+    def spawn(self, key: str, request: dict) -> tuple[int, int, int]:
+        """Fork a worker for submission ``key``; ``request`` is handed to it.
+
+        Returns ``(pid, fd to write to the worker, fd to read from it)``;
+        the caller owns both descriptors.
+        """
+        answer, fds = self._ask({"op": "spawn", "key": key, "request": request})
+        if len(fds) != 2 or "pid" not in answer:
+            for fd in fds:
+                os.close(fd)
+            raise ForkServerError(answer.get("error", "the fork server sent no worker"))
+        return answer["pid"], fds[0], fds[1]
+
+    def status(self, pid: int) -> tuple[int, bool]:
+        """The exit status of worker ``pid`` (``os.waitpid``'s) once it has
+        ended, and whether it had to be killed for that: a worker that
+        closed its pipe but still runs gets ``GRACE_SECONDS`` to end."""
+        answer, _ = self._ask({"op": "status", "pid": pid})
+        return answer["status"], answer["killed"]
+
+    def close(self) -> None:
+        """Stop the server; workers still running die with it."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+
+    def _ask(self, message: dict) -> tuple[dict, list[int]]:
+        if self._socket is None:
+            raise ForkServerError("the fork server is closed")
+        try:
+            _send(self._socket, message)
+            answer = _receive(self._socket)
+        except OSError as error:
+            raise ForkServerError(f"the fork server failed: {error}") from None
+        if answer is None:
+            raise ForkServerError("the fork server ended")
+        return answer
+
+
+def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+    data = json.dumps(message).encode()
+    frame = _LENGTH.pack(len(data)) + data
+    sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
+    if sent < len(frame):
+        sock.sendall(frame[sent:])
+
+
+def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
+    """One message and the descriptors that came with it; None at end of file."""
+    # Passed descriptors arrive with the first bytes of their message.
+    header, fds, _, _ = socket.recv_fds(sock, _LENGTH.size, _MAX_FDS)
+    while header and len(header) < _LENGTH.size:
+        more = sock.recv(_LENGTH.size - len(header))
+        if not more:
+            break
+        header += more
+    if len(header) < _LENGTH.size:
+        for fd in fds:
+            os.close(fd)
+        return None
+    (size,) = _LENGTH.unpack(header)
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data), fds
+
+
+# -- the server's side ----------------------------------------------------------
+
+
+def _serve(sock: socket.socket, submissions: dict[str, Submission],
+           run_worker: Callable[[Submission, int, int, dict], None]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
+    with contextlib.suppress(OSError, AttributeError):  # Linux only: die with the grader
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    _blank_inherited_fds(keep=sock.fileno())
+    # Every object now alive stays as it is: a garbage collection in a
+    # worker then walks only the worker's own objects, instead of touching
+    # (and so copying) every page of torch's.
+    gc.freeze()
+    statuses: dict[int, int] = {}
+    while True:
+        message = _receive(sock)
+        if message is None:
+            return
+        request, _ = message
+        _reap(statuses)
+        if request.get("op") == "spawn":
+            submission = submissions.get(request.get("key"))
+            if submission is None:
+                _send(sock, {"error": f"no submission {request.get('key')!r}"})
+                continue
+            pid, fds = _fork_worker(sock, submission, request["request"], run_worker)
+            _send(sock, {"pid": pid}, fds)
+            for fd in fds:
+                os.close(fd)
+        elif request.get("op") == "status":
+            killed = _wait_for(request["pid"], statuses)
+            _send(sock, {"status": statuses[request["pid"]], "killed": killed})
+
+
+def _fork_worker(sock: socket.socket, submission: Submission, request: dict,
+                 run_worker: Callable[[Submission, int, int, dict], None]) -> tuple[int, list[int]]:
+    """Fork one worker; returns its pid and the grader's ends of its pipes."""
+    to_child_read, to_child_write = os.pipe()
+    from_child_read, from_child_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into the server's loop
+        try:
+            for fd in (sock.fileno(), to_child_write, from_child_read):
+                os.close(fd)
+            run_worker(submission, to_child_read, from_child_write, request)
+        finally:
+            os._exit(0)
+    os.close(to_child_read)
+    os.close(from_child_write)
+    return pid, [to_child_write, from_child_read]
+
+
+def _wait_for(pid: int, statuses: dict[int, int]) -> bool:
+    """Reap ``pid`` into ``statuses``, killing it after ``GRACE_SECONDS``;
+    returns whether it had to be killed."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    while pid not in statuses:
+        try:
+            ended, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not a worker of this server
+            statuses[pid] = 0
+            return False
+        if ended:
+            statuses[pid] = status
+            return False
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            statuses[pid] = os.waitpid(pid, 0)[1]
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def _reap(statuses: dict[int, int]) -> None:
+    """Collect the exit status of every worker that has ended, without waiting."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        statuses[pid] = status
+
+
+def _blank_inherited_fds(keep: int) -> None:
+    """Point every descriptor inherited from the grader but the standard
+    streams and ``keep`` at /dev/null: no worker can write into the grader's
+    output files or a process pool's pipes. (Not closed: a Python object
+    that owns one would close whatever later reused its number.)"""
+    listing = next((folder for folder in ("/proc/self/fd", "/dev/fd") if os.path.isdir(folder)), None)
+    if listing is None:
+        return
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for name in os.listdir(listing):
+        fd = int(name)
+        if fd > 2 and fd not in (keep, devnull):
+            with contextlib.suppress(OSError):
+                os.fstat(fd)  # the listing's own descriptor is gone by now
+                os.dup2(devnull, fd)
+    os.close(devnull)

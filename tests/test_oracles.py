@@ -1,0 +1,31 @@
+"""The oracles the checks compare with are PyTorch's own answers, however they are reached."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.checks import oracles
+
+
+@pytest.mark.parametrize("batch_first", [True, False], ids=["batch-first", "sequence-first"])
+@pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
+def test_multihead_attention_matches_a_key_padding_mask(batch_first, additive):
+    torch.manual_seed(0)
+    module = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first).eval()
+    batch, length, keys = 3, 4, 6
+    query = torch.randn(batch, length, 8) if batch_first else torch.randn(length, batch, 8)
+    key = torch.randn(batch, keys, 8) if batch_first else torch.randn(keys, batch, 8)
+    padding = torch.rand(batch, keys) < 0.5
+    padding[:, 0] = False  # every sequence keeps a key
+    if additive:
+        padding = torch.zeros(batch, keys).masked_fill(padding, float("-inf"))
+    with torch.no_grad():
+        expected, expected_weights = module(query, key, key, key_padding_mask=padding,
+                                            average_attn_weights=False)
+        got, weights = oracles.multihead_attention(module, query, key, key, padding,
+                                                   average_attn_weights=False)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    # A mask that hides nothing would make the comparison pass trivially.
+    assert not torch.allclose(got, module(query, key, key)[0].detach())
