@@ -145,10 +145,11 @@ def grade(
     from grader.grading import grade as run_grade
     from grader.report import print_json, print_table
     from grader.sandbox import Limits
+    from grader.shards import default_processes
 
     limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
     try:
-        report = run_grade(chosen, where, limits, seed)
+        report = run_grade(chosen, where, limits, seed, jobs=default_processes())
     except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
         usage_error(str(error))
     except GraderError as error:

@@ -27,6 +27,7 @@ from grader.loading import Submission, SubmissionError, load_submission
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
 from grader.sandbox import Limits, fork_server
+from grader.shards import ShardFailed, run_side_by_side
 
 
 class GraderError(RuntimeError):
@@ -86,6 +87,7 @@ def grade(
     limits: Limits = Limits(),
     seed: int | None = None,
     only: set[str] | None = None,
+    jobs: int = 1,
 ) -> GradeReport:
     """Grade one file per chapter.
 
@@ -96,6 +98,9 @@ def grade(
         seed: seed of the random inputs; a fresh one when None.
         only: names of the exercises to check; the report holds just those.
             None checks every exercise.
+        jobs: processes that check chapters side by side (``grader.shards``):
+            ``shards.default_processes()`` for a student's grade; 1 where the
+            caller already grades several submissions side by side.
     """
     started = time.perf_counter()
     # What is alive now (torch, pytest) lives to the end: garbage collections
@@ -115,31 +120,59 @@ def grade(
             parsed[chapter.id] = load_submission(path, chapter.module)
         except SubmissionError as error:
             parsed[chapter.id] = error
-    # Forked once, now: every worker is forked from it, none from this process.
-    server = fork_server({key: value for key, value in parsed.items() if isinstance(value, Submission)})
-    submissions = {chapter.id: RemoteSubmission(chapter, parsed[chapter.id], limits, device, server)
-                   for chapter, _ in targets}
-    plugin = GradingPlugin(submissions, seed, only)
+    run = _Run(limits, device, seed, only)
+    # Heaviest first, so that no process is left with a long chapter at the
+    # end; recording a student edition happens in this process only.
+    chapters = sorted((chapter for chapter, _ in targets), key=_check_count, reverse=True)
     try:
-        with recorded.one_thread() if recorded.MODE is not None else contextlib.nullcontext():
-            _run_checks([chapter for chapter, _ in targets], plugin)
-    finally:
-        for remote in submissions.values():
-            remote.close()
-        server.close()
+        found = run_side_by_side(chapters, lambda chapter: _check_chapter(chapter, parsed[chapter.id], run),
+                                 jobs if recorded.MODE is None else 1)
+    except ShardFailed as error:
+        raise GraderError(str(error)) from None
+    results = [result for chapter_results, _ in found for result in chapter_results]
+    notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
     exercises = []
     for chapter, _ in targets:
         verdicts: dict[str, ExerciseResult] = {}
         for exercise in chapter.exercises:
             if only is not None and exercise.name not in only:
                 continue
-            checks = [r for r in plugin.results
-                      if r.chapter == chapter.id and r.exercise == exercise.name]
+            checks = [r for r in results if r.chapter == chapter.id and r.exercise == exercise.name]
             verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
         exercises.extend(verdicts.values())
-    notes = {chapter.id: submissions[chapter.id].notes for chapter, _ in targets
-             if submissions[chapter.id].notes}
     return GradeReport(exercises, notes, time.perf_counter() - started, seed, str(device))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every chapter of one grading run is checked with."""
+
+    limits: Limits
+    device: torch.device
+    seed: int
+    only: set[str] | None
+
+
+def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError,
+                   run: _Run) -> tuple[list[CheckResult], dict[str, list[str]]]:
+    """Run one chapter's checks: every check's result, and the notes on the
+    file (statements skipped, syntax repaired) under the chapter's id."""
+    # Forked once, now: every worker is forked from it, none from this process.
+    server = fork_server({chapter.id: parsed} if isinstance(parsed, Submission) else {})
+    remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server)
+    plugin = GradingPlugin({chapter.id: remote}, run.seed, run.only)
+    try:
+        with recorded.one_thread() if recorded.MODE is not None else contextlib.nullcontext():
+            _run_checks([chapter], plugin)
+    finally:
+        remote.close()
+        server.close()
+    return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
+
+
+def _check_count(chapter: Chapter) -> int:
+    """How many check functions the chapter has: a measure of its grading time."""
+    return (CHECKS_DIR / f"test_{chapter.module}.py").read_text(encoding="utf-8").count("\ndef test_")
 
 
 def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import ast
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -27,6 +28,7 @@ from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 
 KNOWN_BUGS = known_bugs_catalog()
+Item = TypeVar("Item")
 
 
 def function_span(source: str, name: str) -> tuple[int, int]:
@@ -64,19 +66,31 @@ def buggy_modules(chapter: Chapter, root: Path = COURSE_ROOT) -> tuple[tuple[Kno
     return tuple(modules)
 
 
+def seen_first(bugs: Iterable[Item], hint_of: Callable[[Item], str], seen: Sequence[str]) -> list[Item]:
+    """``bugs`` with those whose hint an earlier check of the run matched
+    first, each group in its own order. A student's slip shows in check after
+    check: trying the bug already found first saves running every other one
+    (half a second for a buggy submission). The first match, and so the
+    hint, is what the plain order gives whenever only one bug matches."""
+    return sorted(bugs, key=lambda bug: hint_of(bug) not in seen)
+
+
 class Lookalikes:
     """The outputs of every known bug for one call, computed on demand.
 
     ``part(i)`` selects item ``i`` of tuple outputs; the result is what
-    ``compare.expect_close`` takes as ``bugs``.
+    ``compare.expect_close`` takes as ``bugs``. ``seen``: the hints earlier
+    checks of this run matched (``seen_first``); it may grow meanwhile.
     """
 
     def __init__(self, chapter: Chapter, function: str, args: tuple, kwargs: dict,
-                 exercise: str | None = None, module: ModuleCall | None = None):
+                 exercise: str | None = None, module: ModuleCall | None = None,
+                 seen: Sequence[str] = ()):
         self.chapter, self.function = chapter, function
         self.args, self.kwargs = args, kwargs
         self.exercise = exercise or function
         self.module = module
+        self.seen = seen
 
     def __call__(self) -> Iterator[tuple[str, object]]:
         return self._outputs(None)
@@ -85,18 +99,18 @@ class Lookalikes:
         return lambda: self._outputs(index)
 
     def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
-        for bug, output in self.outputs_by_bug():
+        for bug, output in self.outputs_by_bug(self.seen):
             try:
                 yield bug.hint, output if index is None else output[index]
             except Exception:  # an output without that part explains nothing
                 continue
 
-    def outputs_by_bug(self) -> Iterator[tuple[KnownBug, object]]:
-        """Each bug that runs on these inputs, with its whole output (what
-        ``grader.recorded`` keeps for the student edition)."""
+    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug, object]]:
+        """Each bug that runs on these inputs, with its whole output; with no
+        ``seen``, in the order ``grader.recorded`` keeps for the student edition."""
         # The exercise's own bugs first: they are the likelier explanation.
         ordered = sorted(buggy_modules(self.chapter), key=lambda pair: pair[0].exercise != self.exercise)
-        for bug, module in ordered:
+        for bug, module in seen_first(ordered, lambda pair: pair[0].hint, seen):
             args, kwargs = _cloned(self.args), _cloned(self.kwargs)
             try:
                 if self.module is None:
@@ -120,15 +134,17 @@ def _cloned(values):
 
 class KnownBugs:
     """The ``bugs`` fixture: ``bugs.softmax(x, dim=0)`` gives its Lookalikes,
-    and ``bugs.module("MultiHeadAttention", recipe, x)`` those of a class."""
+    and ``bugs.module("MultiHeadAttention", recipe, x)`` those of a class.
+    ``seen``: the hints earlier checks of the run matched (``seen_first``)."""
 
-    def __init__(self, chapter: Chapter):
+    def __init__(self, chapter: Chapter, seen: Sequence[str] = ()):
         self.chapter = chapter
+        self.seen = seen
 
     def module(self, name: str, recipe: ModuleCall, *args, **kwargs) -> Lookalikes:
-        return Lookalikes(self.chapter, name, args, kwargs, module=recipe)
+        return Lookalikes(self.chapter, name, args, kwargs, module=recipe, seen=self.seen)
 
     def __getattr__(self, function: str):
         if function.startswith("_"):
             raise AttributeError(function)
-        return lambda *args, **kwargs: Lookalikes(self.chapter, function, args, kwargs)
+        return lambda *args, **kwargs: Lookalikes(self.chapter, function, args, kwargs, seen=self.seen)

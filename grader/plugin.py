@@ -78,6 +78,7 @@ class GradingPlugin:
         self.only = only
         self.results: list[CheckResult] = []
         self._references: dict[str, object] = {}
+        self._hints_seen: dict[str, list[str]] = {}  # by chapter id: what failed checks matched
 
     # -- fixtures ------------------------------------------------------------------
 
@@ -99,10 +100,11 @@ class GradingPlugin:
 
     @pytest.fixture
     def bugs(self, request: pytest.FixtureRequest) -> KnownBugs:
+        chapter = chapter_of(request.path)
+        seen = self._hints_seen.setdefault(chapter.id, [])
         if recorded.MODE is not None:
-            return recorded.MODE.bugs(chapter_of(request.path), request.node.nodeid,
-                                      self.reference_module)
-        return KnownBugs(chapter_of(request.path))
+            return recorded.MODE.bugs(chapter, request.node.nodeid, self.reference_module, seen)
+        return KnownBugs(chapter, seen)
 
     @pytest.fixture
     def inputs(self, request: pytest.FixtureRequest) -> Inputs:
@@ -151,6 +153,9 @@ class GradingPlugin:
         result = self._result(item, call)
         if call.when == "call" or result.outcome != "passed":
             self.results.append(result)
+        seen = self._hints_seen.setdefault(result.chapter, [])
+        if result.hint and result.hint not in seen:
+            seen.append(result.hint)
         longrepr = None
         if call.excinfo is not None:
             location = (str(item.path), (item.location[1] or 0) + 1)

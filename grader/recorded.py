@@ -330,10 +330,10 @@ class Recorder:
     def reference(self, chapter: Chapter, check: str, load: Callable[[Chapter], object]):
         return RecordingReference(load(chapter), chapter, self.recording(chapter))
 
-    def bugs(self, chapter: Chapter, check: str, load: Callable[[Chapter], object]):
+    def bugs(self, chapter: Chapter, check: str, load: Callable[[Chapter], object], seen=()):
         from grader.known_bugs import KnownBugs
 
-        return RecordingBugs(chapter, self.recording(chapter), load(chapter), KnownBugs(chapter))
+        return RecordingBugs(chapter, self.recording(chapter), load(chapter), KnownBugs(chapter, seen))
 
     def seed(self, seed: int | None) -> int | None:
         return seed
@@ -449,8 +449,8 @@ class Replayer:
     def reference(self, chapter: Chapter, check: str, load=None):
         return ReplayReference(chapter, check, self.recording(chapter))
 
-    def bugs(self, chapter: Chapter, check: str, load=None):
-        return ReplayBugs(chapter, self.recording(chapter))
+    def bugs(self, chapter: Chapter, check: str, load=None, seen=()):
+        return ReplayBugs(chapter, self.recording(chapter), seen)
 
     def seed(self, seed: int | None) -> int:
         """The seed a grade uses: one that was recorded."""
@@ -487,17 +487,18 @@ class ReplayReference:
 class ReplayBugs:
     """The ``bugs`` fixture in the edition: recorded lookalikes, or none."""
 
-    def __init__(self, chapter: Chapter, recording: Recording):
-        self._chapter, self._recording = chapter, recording
+    def __init__(self, chapter: Chapter, recording: Recording, seen=()):
+        self._chapter, self._recording, self._seen = chapter, recording, seen
 
     def module(self, name: str, recipe, *args, **kwargs):
-        return ReplayLookalikes(self._chapter, self._recording, digest(self._chapter.id, name, args, kwargs, recipe))
+        return ReplayLookalikes(self._chapter, self._recording,
+                                digest(self._chapter.id, name, args, kwargs, recipe), self._seen)
 
     def __getattr__(self, function: str):
         if function.startswith("_"):
             raise AttributeError(function)
         return lambda *args, **kwargs: ReplayLookalikes(
-            self._chapter, self._recording, digest(self._chapter.id, function, args, kwargs, None))
+            self._chapter, self._recording, digest(self._chapter.id, function, args, kwargs, None), self._seen)
 
 
 class ReplayLookalikes:
@@ -505,8 +506,8 @@ class ReplayLookalikes:
     A call that was not recorded (its inputs came from the student's own
     answer) has no lookalikes: hints are a help, never part of a verdict."""
 
-    def __init__(self, chapter: Chapter, recording: Recording, key: str):
-        self._chapter, self._recording, self._key = chapter, recording, key
+    def __init__(self, chapter: Chapter, recording: Recording, key: str, seen=()):
+        self._chapter, self._recording, self._key, self._seen = chapter, recording, key, seen
 
     def __call__(self) -> Iterator[tuple[str, object]]:
         return self._outputs(None)
@@ -515,18 +516,21 @@ class ReplayLookalikes:
         return lambda: self._outputs(index)
 
     def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
-        from grader.known_bugs import KNOWN_BUGS
+        from grader.known_bugs import KNOWN_BUGS, seen_first
 
         bugs = KNOWN_BUGS.get(self._chapter.id, ())
-        for indices, node in self._recording.lookalikes.get(self._key, ()):
+        # One (bug, output) pair per bug, in the recorded order, then the
+        # bugs seen earlier in the run first, as Lookalikes orders them.
+        pairs = [(bug, node) for indices, node in self._recording.lookalikes.get(self._key, ())
+                 for bug in indices]
+        for bug, node in seen_first(pairs, lambda pair: bugs[pair[0]].hint, self._seen):
             output = _value(node)
             if index is not None:
                 try:
                     output = output[index]
                 except (TypeError, IndexError):  # as Lookalikes: an output without that part
                     continue
-            for bug in indices:
-                yield bugs[bug].hint, output
+            yield bugs[bug].hint, output
 
 
 # -- the mode ---------------------------------------------------------------------------

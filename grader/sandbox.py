@@ -1,7 +1,8 @@
 """Run student code in a worker process; get data back, or the reason why not.
 
-A ``Worker`` is forked from the grader, which has already imported torch, so
-starting one costs milliseconds instead of a second torch import. The child
+A ``Worker`` is forked by the fork server (``grader.forkserver``), a copy of
+the grader that has already imported torch, so starting one costs
+milliseconds instead of a second torch import. The child
 runs the submission's statements and then answers requests ("call this
 function with these arguments") until it is stopped. Whatever the student's
 code does there (loop forever, exit, crash, print a flood, patch torch), the

@@ -78,6 +78,19 @@ def test_cuda_without_a_gpu_is_a_usage_error():
     assert "CUDA is not available" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_solutions_get_full_marks_on_cuda():
+    done = mha_course("grade", "--solutions", "--device", "cuda", "--seed", "7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Total: {TOTAL} / {TOTAL} points" in done.stdout and "cuda" in done.stdout
+
+
+def test_auto_device_grades_where_it_can():
+    done = mha_course("grade", "ch01", "--solutions", "--device", "auto", "--seed", "7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("cuda" if torch.cuda.is_available() else "cpu") in done.stdout.splitlines()[-1]
+
+
 def test_json_follows_gradescopes_schema():
     done = mha_course("grade", "--solutions", "--json", "--seed", "7")
     assert done.returncode == 0

@@ -107,6 +107,22 @@ def test_process_level_faults_cost_only_their_exercise(grade_source, line, fragm
     assert_only_self_attention_fails(report, fragment)
 
 
+def test_closing_the_pipe_and_running_on_costs_only_its_exercise(grade_source):
+    # The worker's end of its pipe is closed, so the grader reads an end of
+    # file while the process still runs: it is given a moment, then stopped.
+    report = grade_source(broken_self_attention("import os; os.closerange(3, 4096)", "while True: pass"))
+    assert_only_self_attention_fails(report, "closed its connection to the grader")
+
+
+def test_the_graders_open_files_are_out_of_reach(grade_source, tmp_path):
+    with open(tmp_path / "grades.csv", "w", encoding="utf-8") as grades:  # open in the grader
+        fd = grades.fileno()
+        report = grade_source(SOLUTION + f"\nimport os\nos.write({fd}, b'forged')\n")
+    assert report.passed
+    assert (tmp_path / "grades.csv").read_text(encoding="utf-8") == ""
+    assert not any("forged" in note for note in report.notes.get("ch01", []))
+
+
 @pytest.mark.parametrize("line, fragment", [
     ("import ctypes; ctypes.string_at(0)", "crashed with a segmentation fault"),
     ("hoard = [0] * 10**11", "MemoryError: ran out of memory"),

@@ -1,10 +1,11 @@
 """Every known bug is caught by the checks, and the feedback names it."""
 
 import pytest
+import torch
 
 from conftest import SOLUTION, affected_by, result_of, solution_source, statuses
 from grader.catalog import CHAPTERS
-from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.known_bugs import KNOWN_BUGS, Lookalikes, apply_bug
 
 ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
 
@@ -51,3 +52,15 @@ def test_a_bug_edit_must_match_the_solution_exactly():
     bug = KNOWN_BUGS["ch01"][0]
     with pytest.raises(ValueError, match="occurs 0 times"):
         apply_bug(SOLUTION, bug.__class__("softmax", "x", "hint", "no such line", "y"))
+
+
+
+def test_a_bug_already_matched_in_the_run_is_tried_first():
+    x = torch.randn(2, 3, 5)
+    plain = [hint for hint, _ in Lookalikes(CHAPTERS[0], "softmax", (x,), {"dim": -1})()]
+    seen: list[str] = []
+    lookalikes = Lookalikes(CHAPTERS[0], "softmax", (x,), {"dim": -1}, seen=seen)
+    assert [hint for hint, _ in lookalikes()] == plain
+    seen.append(plain[3])  # a later check of the run matched this one
+    reordered = [hint for hint, _ in lookalikes()]
+    assert reordered[0] == plain[3] and sorted(reordered) == sorted(plain)

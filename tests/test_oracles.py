@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
+from grader.catalog import COURSE_ROOT
 from grader.checks import oracles
 
 
@@ -29,3 +33,14 @@ def test_multihead_attention_matches_a_key_padding_mask(batch_first, additive):
     torch.testing.assert_close(weights, expected_weights)
     # A mask that hides nothing would make the comparison pass trivially.
     assert not torch.allclose(got, module(query, key, key)[0].detach())
+
+
+def test_grading_the_course_imports_neither_sympy_nor_nbformat():
+    # nn.MultiheadAttention's key_padding_mask check and torch.broadcast_shapes
+    # import sympy on first use (half a second); a .py submission needs no nbformat.
+    code = ("import sys; from grader.catalog import CHAPTERS, COURSE_ROOT; from grader.grading import grade; "
+            "report = grade([(c, COURSE_ROOT / 'solutions' / f'{c.module}.py') for c in CHAPTERS], seed=3); "
+            "print(report.passed, sorted({'sympy', 'nbformat'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=COURSE_ROOT)
+    assert done.stdout.split("\n")[0] == "True []", done.stdout + done.stderr
