@@ -23,6 +23,7 @@ import torch
 
 from grader import recorded
 from grader.catalog import Chapter, Exercise
+from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
@@ -121,12 +122,21 @@ def grade(
         except SubmissionError as error:
             parsed[chapter.id] = error
     run = _Run(limits, device, seed, only)
+    runnable = {key: value for key, value in parsed.items() if isinstance(value, Submission)}
+
+    def server() -> contextlib.closing[ForkServer]:
+        # One per process, forked when it takes its first chapter: every
+        # worker is forked from it, none from a process that runs checks.
+        return contextlib.closing(fork_server(runnable))
+
+    def check(chapter: Chapter, forks: ForkServer):
+        return _check_chapter(chapter, parsed[chapter.id], run, forks)
+
     # Heaviest first, so that no process is left with a long chapter at the
     # end; recording a student edition happens in this process only.
     chapters = sorted((chapter for chapter, _ in targets), key=_check_count, reverse=True)
     try:
-        found = run_side_by_side(chapters, lambda chapter: _check_chapter(chapter, parsed[chapter.id], run),
-                                 jobs if recorded.MODE is None else 1)
+        found = run_side_by_side(chapters, check, jobs if recorded.MODE is None else 1, server)
     except ShardFailed as error:
         raise GraderError(str(error)) from None
     results = [result for chapter_results, _ in found for result in chapter_results]
@@ -153,12 +163,11 @@ class _Run:
     only: set[str] | None
 
 
-def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError,
-                   run: _Run) -> tuple[list[CheckResult], dict[str, list[str]]]:
-    """Run one chapter's checks: every check's result, and the notes on the
-    file (statements skipped, syntax repaired) under the chapter's id."""
-    # Forked once, now: every worker is forked from it, none from this process.
-    server = fork_server({chapter.id: parsed} if isinstance(parsed, Submission) else {})
+def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
+                   server: ForkServer) -> tuple[list[CheckResult], dict[str, list[str]]]:
+    """Run one chapter's checks, with workers from ``server``: every check's
+    result, and the notes on the file (statements skipped, syntax repaired)
+    under the chapter's id."""
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server)
     plugin = GradingPlugin({chapter.id: remote}, run.seed, run.only)
     try:
@@ -166,7 +175,6 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError,
             _run_checks([chapter], plugin)
     finally:
         remote.close()
-        server.close()
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
 
 

@@ -90,6 +90,10 @@ class RemoteSubmission:
             return
         self._signatures = _signatures(self.submission)
         self._loaded_file = probe(self._fork_server(), self.chapter.id, self.limits)
+        # The worker that loaded the file serves the first exercise checked:
+        # a process fewer to fork, and its statements have already run.
+        self._worker, self._worker_exercise = self._loaded_file.worker, None
+        self._loaded_file.worker = None
         where = self.submission.where
         notes = [(problem.line, str(problem)) for problem in self.submission.problems]
         notes += [(line, f"{where(line)} {reason}; grading went on without it")
@@ -109,7 +113,9 @@ class RemoteSubmission:
         self.load()
         self._exercise = exercise
         self._check_deadline = time.monotonic() + self.limits.check_seconds
-        if self._worker is not None and self._worker_exercise != exercise:
+        if self._worker is not None and self._worker_exercise is None:
+            self._worker_exercise = exercise  # the fresh worker that loaded the file
+        elif self._worker is not None and self._worker_exercise != exercise:
             self._stop_worker()
 
     def close(self) -> None:

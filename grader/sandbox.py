@@ -616,16 +616,20 @@ class LoadResult:
         skipped: ``{first line: why}`` for statements that hung or killed
             the worker; workers do not run them.
         failure: set when the file could not be run at all.
+        worker: the worker that ran the file, still running and answering
+            calls, when it got through; the caller uses or kills it.
     """
 
     names: dict[str, str] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
     failure: str | None = None
+    worker: Worker | None = None
 
 
 def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> LoadResult:
-    """Run a file's top-level statements once and report what it defines.
+    """Run a file's top-level statements once and report what it defines;
+    the worker that did it goes on to answer calls (``LoadResult.worker``).
 
     A statement that hangs or kills the worker is skipped and the file run
     again, up to ``max_faults`` times, so that one bad line at module level
@@ -645,15 +649,18 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> 
                 elif message.get("event") == "loaded":
                     errors = _text_dict(message.get("errors"))
                     return LoadResult(_text_dict(message.get("names")),
-                                      {int(k): v for k, v in errors.items() if k.isdigit()}, skipped)
+                                      {int(k): v for k, v in errors.items() if k.isdigit()}, skipped,
+                                      worker=worker)
         except WorkerDied as death:
+            worker.kill()
             reason = (f"did not finish within {limits.check_seconds:g} s"
                       if death.kind == "timeout" else death.reason)
             if type(line) is not int or line in skipped or len(skipped) >= max_faults:
                 return LoadResult(skipped=skipped, failure=f"running the file {reason}")
             skipped[line] = reason
-        finally:
+        except BaseException:
             worker.kill()
+            raise
 
 
 def _text_dict(value: object) -> dict[str, str]:

@@ -12,16 +12,19 @@ through a pipe: from our own process, never from a worker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import torch
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
+Shared = TypeVar("Shared")
 
 
 class ShardFailed(RuntimeError):
@@ -36,18 +39,22 @@ def default_processes() -> int:
     return cores + 1 if cores > 1 else 1
 
 
-def run_side_by_side(items: Sequence[Item], work: Callable[[Item], Outcome],
-                     processes: int) -> list[Outcome]:
-    """``[work(item) for item in items]``, computed by up to ``processes``
+def run_side_by_side(items: Sequence[Item], work: Callable[[Item, Shared], Outcome], processes: int,
+                     shared: Callable[[], AbstractContextManager[Shared]] = contextlib.nullcontext,
+                     ) -> list[Outcome]:
+    """``[work(item, s) for item in items]``, computed by up to ``processes``
     processes (this one and forked copies), each taking the next item in
-    order when it is done with one: put the heaviest first.
+    order when it is done with one: put the heaviest first. ``s`` is what
+    ``shared()`` gives as a context manager, entered once in each process
+    that takes an item (the fork server it forks workers from).
 
     ``work``'s results must pickle. Raises what ``work`` raised, here or in a
     copy, or ShardFailed when a copy died.
     """
     processes = max(1, min(processes, len(items)))
     if processes == 1:
-        return [work(item) for item in items]
+        with shared() as value:
+            return [work(item, value) for item in items]
     if len(items) > 255:
         raise ValueError("at most 255 items")
     # The queue: one byte per item in a pipe. A read of one byte is atomic,
@@ -59,9 +66,9 @@ def run_side_by_side(items: Sequence[Item], work: Callable[[Item], Outcome],
     threads = torch.get_num_threads()
     try:
         for _ in range(processes - 1):
-            children.append(_fork(items, work, queue_read))
+            children.append(_fork(items, work, shared, queue_read))
         torch.set_num_threads(1)  # the cores are shared out between the processes
-        done = dict(_take_and_work(items, work, queue_read))
+        done = dict(_take_and_work(items, work, shared, queue_read))
         while children:
             done.update(_collect(*children.pop(0)))
         return [done[index] for index in range(len(items))]
@@ -74,15 +81,22 @@ def run_side_by_side(items: Sequence[Item], work: Callable[[Item], Outcome],
             os.waitpid(pid, 0)
 
 
-def _take_and_work(items: Sequence[Item], work: Callable[[Item], Outcome],
-                   queue: int) -> list[tuple[int, Outcome]]:
+def _take_and_work(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
+                   shared: Callable[[], AbstractContextManager[Shared]], queue: int,
+                   ) -> list[tuple[int, Outcome]]:
+    taken = os.read(queue, 1)
+    if not taken:  # the others took everything
+        return []
     done = []
-    while taken := os.read(queue, 1):
-        done.append((taken[0], work(items[taken[0]])))
+    with shared() as value:
+        while taken:
+            done.append((taken[0], work(items[taken[0]], value)))
+            taken = os.read(queue, 1)
     return done
 
 
-def _fork(items: Sequence[Item], work: Callable[[Item], Outcome], queue: int) -> tuple[int, int]:
+def _fork(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
+          shared: Callable[[], AbstractContextManager[Shared]], queue: int) -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child never returns into the caller's code
@@ -90,7 +104,7 @@ def _fork(items: Sequence[Item], work: Callable[[Item], Outcome], queue: int) ->
             os.close(read_fd)
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive a fork
             try:
-                data = pickle.dumps(("ok", _take_and_work(items, work, queue)))
+                data = pickle.dumps(("ok", _take_and_work(items, work, shared, queue)))
             except BaseException as error:  # noqa: BLE001 - raised again in the parent
                 try:
                     data = pickle.dumps(("error", error))

@@ -17,7 +17,7 @@ from tests.conftest import FAST, solution_source
 PARENT = os.getpid()
 
 
-def _square_with_pid(item: int) -> tuple[int, int]:
+def _square_with_pid(item: int, _) -> tuple[int, int]:
     time.sleep(0.05)  # long enough that every process gets a turn
     return item * item, os.getpid()
 
@@ -28,7 +28,7 @@ def test_every_item_is_done_once_and_comes_back_in_order():
     assert len({pid for _, pid in outcomes}) > 1  # not all in this process
 
 
-def _fail_on_seven(item: int) -> int:
+def _fail_on_seven(item: int, _) -> int:
     if item == 7:
         raise GraderError(f"item {item} broke")
     return item
@@ -39,7 +39,7 @@ def test_an_error_in_a_forked_copy_is_raised_here_as_itself():
         run_side_by_side(list(range(10)), _fail_on_seven, processes=2)
 
 
-def _copies_die(item: int) -> int:
+def _copies_die(item: int, _) -> int:
     if os.getpid() != PARENT:
         os._exit(9)  # the copy dies without a word, its item undone
     time.sleep(0.05)  # this process is slow, so the copy surely takes an item
