@@ -84,6 +84,7 @@ def main() -> None:
     torch.set_num_threads(1)  # as in the workers
     print(f"{'exercise':38s} {'calls':>5s} {'graded':>9s} {'direct':>9s} {'overhead':>9s} {'per call':>9s}")
     totals = [0.0, 0.0, 0]
+    rows: list[tuple[int, float]] = []  # (calls, graded seconds) of each exercise
     for chapter in chapters:
         reference = load_reference(chapter)
         for exercise in chapter.exercises:
@@ -96,11 +97,17 @@ def main() -> None:
             totals[0] += g
             totals[1] += d
             totals[2] += len(calls)
+            rows.append((len(calls), g))
             print(f"{chapter.id + ' ' + exercise.name:38s} {len(calls):5d} {g * 1000:7.1f}ms {d * 1000:7.2f}ms "
                   f"{(g - d) * 1000:7.1f}ms {(g - d) / max(len(calls), 1) * 1000:7.2f}ms")
     graded, direct, calls = totals
     print(f"{'all, one exercise at a time':38s} {calls:5d} {graded:8.2f}s {direct * 1000:7.1f}ms "
           f"{graded - direct:8.2f}s {(graded - direct) / max(calls, 1) * 1000:7.2f}ms")
+    if len(rows) > 2:
+        # Graded time as a fixed cost per grade (a pytest session, a fork
+        # server, the worker that loads the file) plus a cost per call.
+        slope, intercept = statistics.linear_regression([c for c, _ in rows], [g for _, g in rows])
+        print(f"least-squares fit: {intercept * 1000:.1f} ms per grade + {slope * 1000:.2f} ms per call")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,13 @@
 Run by hand: ``python bench/grade_course.py [--runs N]``. The two commands are
 run alternately, so a machine that slows down or speeds up during the
 benchmark affects both alike; the figures are medians of wall time.
+
+Memory is measured in one more, untimed, run: a grade is several processes
+(the grader, its copies grading chapters side by side, fork servers,
+workers) that share most of their pages, so besides the largest single
+process the figure to read is the peak of their summed proportional set
+size (PSS: each shared page counted once, split between its sharers),
+sampled from /proc every 20 ms (Linux only).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 COMMANDS = {
     "python -c 'import torch'": [sys.executable, "-c", "import torch"],
@@ -26,8 +34,48 @@ def wall_time(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        pid, ppid = int(text.split(" ", 1)[0]), int(text.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(parents.get(pid, []))
+    return tree
+
+
+def pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def peak_tree_pss(command: list[str]) -> tuple[int, int]:
+    """Peak summed PSS of the command's process tree, and the most processes seen at once."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak, most = 0, 0
+    while process.poll() is None:
+        tree = process_tree(process.pid)
+        peak = max(peak, sum(pss_bytes(pid) for pid in tree))
+        most = max(most, len(tree))
+        time.sleep(0.02)
+    return peak, most
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     runs = parser.parse_args().runs
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
@@ -39,8 +87,12 @@ def main() -> None:
         median = statistics.median(values)
         print(f"{name:32s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
               f"  ratio {median / base:4.2f}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"largest single process (peak RSS): {peak:.0f} MiB")
+    largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"largest single process (peak RSS): {largest:.0f} MiB")
+    if Path("/proc/self/smaps_rollup").exists():
+        peak, most = peak_tree_pss(COMMANDS["mha-course grade --solutions"])
+        print(f"whole grade, all its processes (peak summed PSS): {peak / 2**20:.0f} MiB, "
+              f"up to {most} processes at once")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ stdout = Console()
 stderr = Console(stderr=True)
 
 USAGE_ERROR = 2
+INTERRUPTED = 130
 
 
 class Device(str, enum.Enum):
@@ -392,8 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args or ["--help"], standalone_mode=False, prog_name="mha-course")
     except KeyboardInterrupt:
-        stderr.print("interrupted")
-        sys.exit(130)
+        code = INTERRUPTED
     except Exception as error:
         # typer's (or click's) usage errors: a bad option value, an unknown command.
         if not (hasattr(error, "format_message") and hasattr(error, "exit_code")):
@@ -401,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
         stderr.print(f"[bold red]error:[/] {escape(error.format_message())} (see mha-course --help)",
                      highlight=False, soft_wrap=True)
         sys.exit(error.exit_code or USAGE_ERROR)
+    if code == INTERRUPTED:  # Ctrl-C; typer itself turns it into this status
+        stderr.print("interrupted")
     sys.exit(code or 0)
 
 

@@ -212,6 +212,8 @@ def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
             os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
         else:
             os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: pytest caught it, the caller should too
+        raise KeyboardInterrupt
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise GraderError(f"the checks could not run (pytest exit {int(code)}):\n{output.getvalue()}")
 

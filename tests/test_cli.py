@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -89,6 +91,28 @@ def test_auto_device_grades_where_it_can():
     done = mha_course("grade", "ch01", "--solutions", "--device", "auto", "--seed", "7")
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("cuda" if torch.cuda.is_available() else "cpu") in done.stdout.splitlines()[-1]
+
+
+def test_ctrl_c_stops_everything_with_one_line():
+    # Ctrl-C reaches the terminal's whole process group: the grader, the
+    # copies grading chapters side by side, fork servers and workers.
+    process = subprocess.Popen([sys.executable, "-m", "grader", "grade", "--solutions"], cwd=COURSE_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True,  # a group of its own, as a terminal gives
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(2.0)  # torch imported, checks running (or, on a slow machine, still importing)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and err.strip() == "interrupted", out + err
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # workers die with their parents
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the grade are still running")
 
 
 def test_json_follows_gradescopes_schema():
