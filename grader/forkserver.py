@@ -3,10 +3,10 @@
 A fork is not free for the process that forks: afterwards every page it
 writes to is copied, and a grader that forked a worker per exercise copied
 its working set (pytest, the checks, the reference) once per fork, about
-80,000 page faults for a whole course. The fork server is forked from the
-grader once, when the submissions are parsed, and then sits idle while the
-grader runs its checks: forking from it leaves the grader's memory alone,
-and the reaping of killed workers (milliseconds each) happens there too.
+80,000 page faults for a whole course. A grading process forks one fork
+server before it runs its first checks, which then sits idle but for its
+forks: forking from it leaves the grader's memory alone, and the reaping of
+killed workers (milliseconds each) happens there too.
 
 The server inherits the parsed submissions, so a request names one by key.
 It never runs student code itself: only its children do (``sandbox``).
@@ -26,8 +26,9 @@ import os
 import signal
 import socket
 import struct
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from grader.loading import Submission
 
@@ -52,6 +53,8 @@ class ForkServer:
     def __init__(self, submissions: dict[str, Submission],
                  run_worker: Callable[[Submission, int, int, dict], None]):
         grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             try:
@@ -104,7 +107,7 @@ class ForkServer:
         return answer
 
 
-def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+def _send(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
     data = json.dumps(message).encode()
     frame = _LENGTH.pack(len(data)) + data
     sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)

@@ -20,9 +20,9 @@ import torch
 
 from grader.catalog import Chapter
 from grader.compare import CheckFailure, brief, fail
+from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
-from grader.forkserver import ForkServer
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
 from grader.static_scan import forbidden_calls, is_internal
 from grader.wire import WireError, decode, devices, encode

@@ -509,8 +509,6 @@ class Worker:
             self.pid, self._to_child, self._from_child = server.spawn(key, request)
         except ForkServerError as error:
             raise WorkerDied(f"could not be started ({error})", "crash") from None
-        self.last_line: int | None = None  # last statement reported while loading
-        self._status: int | None = None
         self._running = True
 
     # Frames from the child are read against a deadline; a missing answer

@@ -16,6 +16,7 @@ import contextlib
 import os
 import pickle
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -98,6 +99,8 @@ def _take_and_work(items: Sequence[Item], work: Callable[[Item, Shared], Outcome
 def _fork(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
           shared: Callable[[], AbstractContextManager[Shared]], queue: int) -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
+    sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
+    sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child never returns into the caller's code
         try:
