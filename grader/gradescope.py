@@ -565,6 +565,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
         import grader.report  # noqa: F401 - used by _results, after the workers
         from grader.grading import grade
         from grader.sandbox import Limits
+        from grader.shards import default_processes
 
         work = Path(tempfile.mkdtemp(prefix="mha-course-"))
         try:
@@ -584,7 +585,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
             if line:
                 log(line)
             limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
-            report = grade(targets, torch.device("cpu"), limits, seed)
+            report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
         finally:
             stopped = _stop_leftovers()
             if stopped:

@@ -133,10 +133,11 @@ def grade(
         return _check_chapter(chapter, parsed[chapter.id], run, forks)
 
     # Heaviest first, so that no process is left with a long chapter at the
-    # end; recording a student edition happens in this process only.
+    # end. Recording a student edition keeps what it records in this process.
     chapters = sorted((chapter for chapter, _ in targets), key=_check_count, reverse=True)
+    recording = isinstance(recorded.MODE, recorded.Recorder)
     try:
-        found = run_side_by_side(chapters, check, jobs if recorded.MODE is None else 1, server)
+        found = run_side_by_side(chapters, check, 1 if recording else jobs, server)
     except ShardFailed as error:
         raise GraderError(str(error)) from None
     results = [result for chapter_results, _ in found for result in chapter_results]
