@@ -106,7 +106,10 @@ def grade(
     started = time.perf_counter()
     # What is alive now (torch, pytest) lives to the end: garbage collections
     # during the checks need not walk its 200,000 objects again and again.
-    gc.freeze()
+    # Once per process: a later freeze would keep the garbage of earlier
+    # grades (a batch grades many students in each process) forever.
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
     if recorded.MODE is not None:  # the student edition grades with recorded seeds only
         try:
             seed = recorded.MODE.seed(seed)
