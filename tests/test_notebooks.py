@@ -3,6 +3,7 @@ and robust to the ways students edit them."""
 
 import copy
 import json
+import os
 import re
 
 import nbformat
@@ -232,7 +233,6 @@ def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
     notebook = tmp_path / f"{CH01.module}.ipynb"
     py.write_text("", encoding="utf-8")
     notebook.write_text((solved / notebook.name).read_text(encoding="utf-8"), encoding="utf-8")
-    import os
     os.utime(py, (1_000_000, 1_000_000))
     assert chapter_file(CH01, tmp_path) == notebook
     os.utime(notebook, (900_000, 900_000))
@@ -249,7 +249,11 @@ def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
     client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
                                      allow_errors=allow_errors,
                                      resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    # The kernel runs in the notebook's folder: put this tree first on its path, so that
+    # check() grades with this tree's grader, not with another checkout installed in
+    # editable mode (a git worktree, say).
+    paths = [str(COURSE_ROOT), os.environ.get("PYTHONPATH", "")]
+    client.execute(env={**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)})
     return notebook
 
 
