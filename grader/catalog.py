@@ -233,6 +233,33 @@ CHAPTERS: tuple[Chapter, ...] = (
             ),
         ),
     ),
+    Chapter(
+        number=6,
+        slug="grouped_query_attention",
+        title="Grouped-query and multi-query attention",
+        # F.scaled_dot_product_attention stays allowed, as from chapter 2 on:
+        # the catalog forbids whole functions, not one keyword (enable_gqa),
+        # so grouped_query_attention also returns every query head's weights,
+        # which that function does not give. Its grouping is the student's.
+        exercises=(
+            Exercise("expand_kv_heads", "K/V head h // group for every query head", 2),
+            Exercise(
+                "grouped_query_attention",
+                "attention with H_kv shared K/V heads, and its weights",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("expand_kv_heads",),
+            ),
+            Exercise(
+                "GroupedQueryAttention",
+                "nn.Module with narrower k and v projections",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("expand_kv_heads", "grouped_query_attention"),
+            ),
+            Exercise("kv_cache_bytes", "bytes of the KV cache: MHA, GQA, MQA", 1),
+        ),
+    ),
 )
 
 

@@ -29,13 +29,14 @@ from grader.report import results_json
 
 SEED = 20240601
 # One bug a chapter, in different exercises and kinds of output (weights,
-# masks, module outputs, caches, RoPE), each with a hint in both trees.
+# masks, module outputs, caches, RoPE, grouped heads), each with a hint in both trees.
 BUGS = {
     "ch01": ("scaled_dot_product_attention", "no-scale"),
     "ch02": ("cross_attention", "padding-hides-queries"),
     "ch03": ("MultiHeadAttention", "reshape-without-transpose"),
     "ch04": ("causal_mask", "top-left"),
     "ch05": ("apply_rope", "pairs-are-halves"),
+    "ch06": ("grouped_query_attention", "tiled"),
 }
 
 

@@ -1,0 +1,149 @@
+"""Chapter 6: grouped-query and multi-query attention.
+
+Fill in the body of each function and method (the lines that raise
+NotImplementedError). Read chapters/06_grouped_query_attention/README.md
+first; grade your work with
+
+    mha-course grade ch06
+
+Conventions used in every exercise of this chapter:
+
+* Queries have ``H_q`` heads; keys and values have ``H_kv`` heads, and
+  ``H_q`` is a multiple of ``H_kv``. Each K/V head serves a group of
+  ``group = H_q // H_kv`` consecutive query heads: query head ``h`` uses K/V
+  head ``h // group``. ``H_kv == H_q`` is multi-head attention (groups of
+  one); ``H_kv == 1`` is multi-query attention (one group of every head).
+* Heads as in chapter 3: split tensors are ``(B, H, T, d)``, head ``h``
+  owning features ``h * d`` to ``(h + 1) * d`` of a projection's output;
+  weights in ``nn.Linear`` layout ``(d_out, d_in)``.
+* A boolean mask is True where a query MAY attend to a key. A query whose
+  keys are all masked gets zero weights and a zero output.
+
+You may call ``torch.softmax``, ``repeat_interleave`` and
+``F.scaled_dot_product_attention``, but not ``nn.MultiheadAttention`` or
+``F.multi_head_attention_forward``. ``grouped_query_attention`` returns the
+weights of every query head, which ``F.scaled_dot_product_attention`` does
+not give: the grouping there is yours to write (lesson, section 4).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+
+def expand_kv_heads(kv: torch.Tensor, num_query_heads: int) -> torch.Tensor:
+    """Give every query head its K/V head: each K/V head repeated for its group.
+
+    Args:
+        kv: keys or values, shape ``(B, H_kv, S, d)``.
+        num_query_heads: ``H_q``, a multiple of ``H_kv``.
+
+    Returns:
+        Shape ``(B, H_q, S, d)``: ``result[:, h]`` is ``kv[:, h // group]``
+        with ``group = H_q // H_kv``. For ``H_kv = 2`` and ``H_q = 4`` the
+        result holds K/V heads ``0, 0, 1, 1``, not ``0, 1, 0, 1``.
+
+    Raises:
+        ValueError: when ``H_q`` is not a multiple of ``H_kv``.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def grouped_query_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention where groups of query heads share a K/V head.
+
+    Args:
+        q: queries, shape ``(B, H_q, L, d)``.
+        k: keys, shape ``(B, H_kv, S, d)``, ``H_q`` a multiple of ``H_kv``.
+        v: values, shape ``(B, H_kv, S, d_v)``.
+        mask: optional bool, broadcastable to ``(B, H_q, L, S)``, the shape
+            of the scores (one matrix per QUERY head): ``(L, S)`` for every
+            head and sequence alike, ``(B, 1, L, S)`` per sequence,
+            ``(B, H_q, L, S)`` per query head.
+
+    Returns:
+        ``(output, weights)`` of shapes ``(B, H_q, L, d_v)`` and
+        ``(B, H_q, L, S)``: query head ``h`` attends to the keys and values
+        of K/V head ``h // (H_q // H_kv)``, with the scale ``1 / sqrt(d)``.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query self-attention with separate projections for q, k and v.
+
+    The grader loads weights by name, so keep these attributes (the names
+    Hugging Face's LLaMA uses, with nn.MultiheadAttention's ``out_proj``);
+    ``d = d_model // num_heads``:
+
+    * ``q_proj``: ``nn.Linear(d_model, num_heads * d, bias=bias)``.
+    * ``k_proj`` and ``v_proj``: ``nn.Linear(d_model, num_kv_heads * d,
+      bias=bias)``, one ``d``-wide block per K/V head.
+    * ``out_proj``: ``nn.Linear(num_heads * d, d_model, bias=bias)``.
+
+    Args:
+        d_model: ``D``, divisible by ``num_heads``.
+        num_heads: ``H_q``, the number of query heads.
+        num_kv_heads: ``H_kv``; ``num_heads`` is a multiple of it.
+        bias: whether the four projections have a bias (LLaMA's have none).
+
+    Raises:
+        ValueError: when ``d_model`` is not divisible by ``num_heads``, or
+            ``num_heads`` not by ``num_kv_heads``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, bias: bool = False):
+        super().__init__()
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Self-attention over ``x``.
+
+        Args:
+            x: shape ``(B, T, D)``.
+            mask: optional bool, broadcastable to ``(B, H_q, T, T)``.
+
+        Returns:
+            Shape ``(B, T, D)``.
+        """
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+
+def kv_cache_bytes(
+    batch: int,
+    seq_len: int,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+) -> int:
+    """The memory a decoder's KV cache takes, in bytes.
+
+    Every attention layer keeps, for every sequence of the batch and every
+    cached token, a key and a value for each K/V head: two vectors of
+    ``head_dim`` numbers each.
+
+    Args:
+        batch: ``B``, the sequences decoded side by side.
+        seq_len: ``T``, the tokens cached per sequence.
+        num_layers: the model's attention layers.
+        num_kv_heads: ``H_kv``, the K/V heads of one layer (not the query heads).
+        head_dim: ``d``.
+        dtype: the dtype of the cached numbers: ``torch.float32``,
+            ``torch.bfloat16``, ``torch.int8`` for a quantized cache, ...
+
+    Returns:
+        The size in bytes, an ``int``.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
