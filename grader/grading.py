@@ -28,7 +28,7 @@ from grader.loading import Submission, SubmissionError, load_submission
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
 from grader.sandbox import Limits, fork_server
-from grader.shards import ShardFailed, run_side_by_side
+from grader.shards import ShardFailed, one_thread, run_side_by_side
 
 
 class GraderError(RuntimeError):
@@ -140,7 +140,8 @@ def grade(
     chapters = sorted((chapter for chapter, _ in targets), key=_check_count, reverse=True)
     recording = isinstance(recorded.MODE, recorded.Recorder)
     try:
-        found = run_side_by_side(chapters, check, 1 if recording else jobs, server)
+        with one_thread():
+            found = run_side_by_side(chapters, check, 1 if recording else jobs, server)
     except ShardFailed as error:
         raise GraderError(str(error)) from None
     results = [result for chapter_results, _ in found for result in chapter_results]
@@ -175,8 +176,7 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server)
     plugin = GradingPlugin({chapter.id: remote}, run.seed, run.only)
     try:
-        with recorded.one_thread() if recorded.MODE is not None else contextlib.nullcontext():
-            _run_checks([chapter], plugin)
+        _run_checks([chapter], plugin)
     finally:
         remote.close()
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}

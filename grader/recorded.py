@@ -555,19 +555,3 @@ def recording() -> Iterator[Recorder]:
         MODE = previous
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Compute on one thread, when recording and when replaying.
-
-    A check may compute an input of the reference with torch (a product, a
-    cast), and the digest of that input must come out the same in both: one
-    thread makes the arithmetic the same whatever the machine's cores. It is
-    also much faster here: the many small operations of the known bugs
-    otherwise make threads wait on each other (30 s instead of 6 on 2 cores).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
