@@ -29,9 +29,9 @@ def recorded_calls(chapter, exercise: str) -> tuple[float, list[tuple]]:
     calls: list[tuple] = []
     original = remote.RemoteSubmission.call
 
-    def record(self, function, args, kwargs, grad=None, module=None, portability=False):
+    def record(self, function, args, kwargs, grad=None, module=None, portability=False, largest=False):
         calls.append((function, args, kwargs, grad, module))
-        return original(self, function, args, kwargs, grad, module, portability)
+        return original(self, function, args, kwargs, grad, module, portability, largest)
 
     remote.RemoteSubmission.call = record
     try:

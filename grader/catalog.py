@@ -260,6 +260,28 @@ CHAPTERS: tuple[Chapter, ...] = (
             Exercise("kv_cache_bytes", "bytes of the KV cache: MHA, GQA, MQA", 1),
         ),
     ),
+    Chapter(
+        number=7,
+        slug="memory_efficient_attention",
+        title="Memory-efficient attention (the idea behind FlashAttention)",
+        # The chapter writes what torch.softmax and F.scaled_dot_product_attention
+        # do, block by block: both are refused, kernels included.
+        exercises=(
+            Exercise("online_softmax", "softmax with a running max and sum", 2, forbidden=SOFTMAX_CALLS),
+            Exercise(
+                "tiled_attention",
+                "attention over key blocks, never (L, S) scores",
+                4,
+                forbidden=SOFTMAX_CALLS + ATTENTION_CALLS,
+            ),
+            Exercise(
+                "merge_attention",
+                "two partial attentions into one, by log-sum-exp",
+                2,
+                forbidden=SOFTMAX_CALLS + ATTENTION_CALLS,
+            ),
+        ),
+    ),
 )
 
 

@@ -28,6 +28,13 @@ from grader.static_scan import forbidden_calls, is_internal
 from grader.wire import WireError, decode, devices, encode
 
 
+class Largest(NamedTuple):
+    """The largest tensor a call made, as the worker measured it."""
+
+    shape: tuple[int, ...]
+    numel: int
+
+
 class Signature(NamedTuple):
     """Where a top-level function of the file is defined, and its parameters."""
 
@@ -135,7 +142,7 @@ class RemoteSubmission:
         return lambda *args, **kwargs: self.call(name, args, kwargs)
 
     def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None,
-             module: ModuleCall | None = None, portability: bool = False):
+             module: ModuleCall | None = None, portability: bool = False, largest: bool = False):
         """Run ``function(*args, **kwargs)`` in the exercise's worker.
 
         With ``grad`` (``{"wrt": [arg indices], "output": index or None,
@@ -149,6 +156,10 @@ class RemoteSubmission:
         makes on a fixed device (``torch.ones(T, T)`` without ``device=``),
         and a ``CheckFailure`` of kind "device" says where code would fail,
         or answer on the CPU, on a GPU: on any machine.
+
+        With ``largest``, this returns ``(value, largest)``: the largest
+        tensor the call made, ``Largest(shape, numel)`` (by the bytes of its
+        storage, views not counted), or None when it made none.
         """
         self.load()
         text = self.call_text(function, args, kwargs, module)
@@ -173,6 +184,7 @@ class RemoteSubmission:
             "forbidden": self._forbidden(exercise),
             "device": self.device,
             "portability": portability,
+            "largest": largest,
             "grad": grad,
             "module": module.encode() if module is not None else None,
         }
@@ -187,6 +199,8 @@ class RemoteSubmission:
         value = self._read_answer(answer, function, text, args, kwargs, grad, module)
         if portability:
             _expect_portable(text, answer.get("portability"), self.submission.where)
+        if largest:
+            return value, _largest(text, answer.get("largest"))
         return value
 
     def call_text(self, function: str, args: tuple, kwargs: dict,
@@ -402,6 +416,18 @@ def _line_text(where: object, locate=_plain_line) -> str:
     if code.endswith(("(", "[", "{", ",", "\\")):
         code += " ..."  # the statement goes on over more lines
     return locate(where["line"]) + (f" ({code})" if code else "")
+
+
+def _largest(text: str, found: object) -> Largest | None:
+    """The worker's ``{"shape", "numel"}``, checked: it comes from a process running student code."""
+    if found is None:
+        return None
+    shape = found.get("shape") if isinstance(found, dict) else None
+    numel = found.get("numel") if isinstance(found, dict) else None
+    if (not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape)
+            or type(numel) is not int or numel < 0):
+        raise CheckFailure(f"{text}: the worker sent back a malformed measurement", "protocol")
+    return Largest(tuple(shape), numel)
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:

@@ -109,6 +109,37 @@ class _ForbiddenKernels(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any ATen op of the call makes: what a
+    memory-efficient exercise must keep small (never the ``(L, S)`` scores).
+
+    Ops whose results alias an input are left out: views (``expand``, a
+    transpose) and in-place or ``out=`` ops return memory that was counted
+    when it was made. Tensors are sized by the bytes of their storage.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.largest: dict | None = None  # {"shape": [...], "numel": n, "bytes": b}
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # as _ForbiddenKernels: no torch._dynamo import in the worker
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if any(returned.alias_info is not None for returned in func._schema.returns):
+            return result
+        for output in _flatten(result):
+            if isinstance(output, torch.Tensor):
+                with contextlib.suppress(RuntimeError, NotImplementedError):  # no storage (sparse)
+                    size = output.untyped_storage().nbytes()
+                    if self.largest is None or size > self.largest["bytes"]:
+                        self.largest = {"shape": list(output.shape), "numel": output.numel(),
+                                        "bytes": size}
+        return result
+
+
 class _DeviceTracker(TorchFunctionMode):
     """Finds the tensors that would sit on the wrong device on a GPU, on any machine.
 
@@ -373,7 +404,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
     """Answer requests until the grader closes the pipe.
 
     A request with ``"portability"`` also follows the call's tensors
-    (``_DeviceTracker``) and answers what would go wrong on a GPU.
+    (``_DeviceTracker``) and answers what would go wrong on a GPU; one with
+    ``"largest"`` answers the largest tensor the call made (``_LargestTensor``).
     """
     filename = module.__file__
     while True:
@@ -395,6 +427,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         mode = _ForbiddenCalls(banned) if banned else None
         below = _ForbiddenKernels(kernels) if kernels else None
         tracker = _DeviceTracker(filename) if request.get("portability") else None
+        measure = _LargestTensor() if request.get("largest") else None
         try:
             recipe = request.get("module")
             recipe = ModuleCall.decode(recipe) if recipe is not None else None
@@ -404,7 +437,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             if tracker is not None:
                 tracker.mark_inputs([*args, *kwargs.values()])
             with mode or contextlib.nullcontext(), below or contextlib.nullcontext(), \
-                    tracker or contextlib.nullcontext():
+                    tracker or contextlib.nullcontext(), measure or contextlib.nullcontext():
                 if recipe is None:
                     result = getattr(module, name)(*args, **kwargs)
                 else:
@@ -412,6 +445,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             answer = {"ok": True, "value": wire.encode(result)}
             if tracker is not None:
                 answer["portability"] = tracker.problem(result)
+            if measure is not None:
+                answer["largest"] = measure.largest
             if grad:
                 answer["grads"] = _gradients(result, args, grad)
         except BaseException as error:

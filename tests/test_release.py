@@ -37,6 +37,7 @@ BUGS = {
     "ch04": ("causal_mask", "top-left"),
     "ch05": ("apply_rope", "pairs-are-halves"),
     "ch06": ("grouped_query_attention", "tiled"),
+    "ch07": ("tiled_attention", "output-not-rescaled"),
 }
 
 

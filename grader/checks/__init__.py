@@ -58,6 +58,13 @@ def expect_portable(submission, name: str, *args, module: ModuleCall | None = No
     submission.call(name, args, kwargs, module=module, portability=True)
 
 
+def run_measured(submission, name: str, *args, **kwargs):
+    """``(answer, largest, call)``: the submission's answer, the largest tensor
+    the call made (``remote.Largest(shape, numel)``, or None) and the call's text."""
+    value, largest = submission.call(name, args, kwargs, largest=True)
+    return value, largest, submission.call_text(name, args, kwargs)
+
+
 def portable(name: str, make_args):
     """One case of a chapter's GPU-portability check: the exercise ``name``
     called with ``make_args(inputs) -> (args, kwargs)``; a ``module`` entry in

@@ -1,0 +1,272 @@
+"""Hidden checks for chapter 7: memory-efficient attention.
+
+Every exercise is checked against the reference and against PyTorch
+(``torch.softmax``; ``F.scaled_dot_product_attention``, with chapter 4's
+bottom-right causal mask as its ``attn_mask``; attention over all the keys
+at once for ``merge_attention``), for block sizes that divide the keys and
+that do not (1, 3, 4, all of them, more than all of them), unequal query and
+key lengths, batch dimensions and logits large enough to overflow ``exp``
+without the running max. On a mismatch, known wrong implementations are run
+on the same inputs and a matching one's hint goes with the failure.
+
+The memory check is the chapter's point: ``tiled_attention`` runs at
+T = 2048 while the worker records the largest tensor any operation of the
+call makes (``RemoteSubmission.call(..., largest=True)``); an ``(L, S)``
+score matrix, or an ``(L, S)`` mask, fails with its shape.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grader.bugs.ch07 import BUGS
+from grader.checks import case_ids, exercise, portability_check, portable, run, run_measured
+from grader.compare import expect_close, fail, shape_text, unpack
+
+WHOLE_MATRIX_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-score-matrix")
+
+
+def _bottom_right(num_queries: int, num_keys: int) -> torch.Tensor:
+    """Chapter 4's causal mask, True = may attend: query i sees keys 0 .. i + S - L."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+
+
+def _attention(q, k, v, causal: bool = False) -> torch.Tensor:
+    """PyTorch's attention; a query with no visible key gets zeros, as in this course."""
+    mask = _bottom_right(q.shape[-2], k.shape[-2]) if causal else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+# -- online_softmax ----------------------------------------------------------------------
+
+# (id, shape (..., N), block_size): blocks that divide N and blocks that do not, one entry a
+# block, one block holding everything, a block longer than the row, batch dimensions.
+SOFTMAX_CASES = [
+    ("R3-N10-block3", (3, 10), 3),
+    ("R3-N10-block4", (3, 10), 4),
+    ("R3-N10-block5", (3, 10), 5),
+    ("R3-N10-block1", (3, 10), 1),
+    ("R3-N10-block10", (3, 10), 10),
+    ("R3-N10-block16", (3, 10), 16),
+    ("B2-R3-N7-block2", (2, 3, 7), 2),
+    ("R4-N1-block1", (4, 1), 1),
+]
+
+
+@exercise("online_softmax")
+@pytest.mark.parametrize("case", SOFTMAX_CASES, ids=case_ids(SOFTMAX_CASES))
+def test_online_softmax_equals_torch_softmax(submission, bugs, inputs, case):
+    """equals torch.softmax(x, dim=-1) for block sizes that do and do not divide N"""
+    _, shape, block_size = case
+    x = 3 * inputs.randn(*shape)
+    got, call = run(submission, "online_softmax", x, block_size)
+    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, block_size),
+                 reference="torch.softmax(x, dim=-1)")
+
+
+@exercise("online_softmax")
+@pytest.mark.parametrize("case", SOFTMAX_CASES[::3], ids=case_ids(SOFTMAX_CASES[::3]))
+def test_online_softmax_matches_reference(submission, reference, bugs, inputs, case):
+    """matches the reference"""
+    _, shape, block_size = case
+    x = 3 * inputs.randn(*shape, dtype=torch.float64)
+    got, call = run(submission, "online_softmax", x, block_size)
+    expect_close(got, reference.online_softmax(x, block_size), call,
+                 bugs=bugs.online_softmax(x, block_size))
+
+
+@exercise("online_softmax")
+def test_online_softmax_when_the_max_grows_block_after_block(submission, bugs, inputs):
+    """rescales the running sum each time a block raises the max (rows that increase)"""
+    x = torch.linspace(-4, 4, 12).repeat(2, 1) + 0.1 * inputs.randn(2, 12)  # (2, 12), max in every block
+    got, call = run(submission, "online_softmax", x, 3)
+    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, 3),
+                 reference="torch.softmax(x, dim=-1)")
+
+
+@exercise("online_softmax")
+def test_online_softmax_large_logits(submission, bugs, inputs):
+    """stays finite for logits in the thousands (exp is taken after subtracting the running max)"""
+    x = 1000 * inputs.randn(3, 10)
+    got, call = run(submission, "online_softmax", x, 4)
+    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, 4),
+                 reference="torch.softmax(x, dim=-1)")
+
+
+# -- tiled_attention -----------------------------------------------------------------------
+
+# (id, batch dims, L, S, d, d_v, block_size, causal)
+TILED_CASES = [
+    ("L10-S10-block3", (2,), 10, 10, 8, 8, 3, False),
+    ("L10-S10-block4-causal", (2,), 10, 10, 8, 8, 4, True),
+    ("L4-S10-block4-causal", (2,), 4, 10, 8, 6, 4, True),
+    ("L6-S10-block1", (1,), 6, 10, 4, 4, 1, False),
+    ("L5-S10-block10-causal", (2,), 5, 10, 8, 8, 10, True),
+    ("L7-S10-block16", (2,), 7, 10, 4, 5, 16, False),
+    ("B2-H3-L5-S9-block2-causal", (2, 3), 5, 9, 4, 4, 2, True),
+    ("L12-S10-block3-causal", (1,), 12, 10, 4, 4, 3, True),
+    ("L1-S10-block3-d1", (3,), 1, 10, 1, 2, 3, False),
+]
+
+
+def _tiled_inputs(inputs, case, dtype=torch.float32):
+    _, batch, num_queries, num_keys, width, value_width, _, _ = case
+    return (inputs.randn(*batch, num_queries, width, dtype=dtype),
+            inputs.randn(*batch, num_keys, width, dtype=dtype),
+            inputs.randn(*batch, num_keys, value_width, dtype=dtype))
+
+
+def _causal_text(causal: bool, num_queries: int, num_keys: int) -> str:
+    if not causal:
+        return "F.scaled_dot_product_attention"
+    return (f"F.scaled_dot_product_attention with chapter 4's causal mask ({num_queries} queries, "
+            f"{num_keys} keys: query i sees keys 0 .. i + {num_keys - num_queries})")
+
+
+@exercise("tiled_attention")
+@pytest.mark.parametrize("case", TILED_CASES, ids=case_ids(TILED_CASES))
+def test_tiled_equals_pytorch_attention(submission, bugs, inputs, case):
+    """equals F.scaled_dot_product_attention (with the bottom-right causal mask when causal)"""
+    q, k, v = _tiled_inputs(inputs, case)
+    block_size, causal = case[-2:]
+    got, call = run(submission, "tiled_attention", q, k, v, block_size, causal=causal)
+    expect_close(got, _attention(q, k, v, causal), call,
+                 bugs=bugs.tiled_attention(q, k, v, block_size, causal=causal),
+                 reference=_causal_text(causal, q.shape[-2], k.shape[-2]))
+
+
+@exercise("tiled_attention")
+@pytest.mark.parametrize("case", TILED_CASES[1::2], ids=case_ids(TILED_CASES[1::2]))
+def test_tiled_matches_reference(submission, reference, bugs, inputs, case):
+    """matches the reference"""
+    q, k, v = _tiled_inputs(inputs, case, torch.float64)
+    block_size, causal = case[-2:]
+    got, call = run(submission, "tiled_attention", q, k, v, block_size, causal=causal)
+    expect_close(got, reference.tiled_attention(q, k, v, block_size, causal=causal), call,
+                 bugs=bugs.tiled_attention(q, k, v, block_size, causal=causal))
+
+
+@exercise("tiled_attention")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tiled_large_logits(submission, bugs, inputs, causal):
+    """stays finite and exact for scores in the hundreds (the max is subtracted before exp)"""
+    q, k, v = 30 * inputs.randn(2, 6, 8), 30 * inputs.randn(2, 10, 8), inputs.randn(2, 10, 8)
+    got, call = run(submission, "tiled_attention", q, k, v, 3, causal=causal)
+    expected = _attention(q.double(), k.double(), v.double(), causal).float()
+    expect_close(got, expected, call, bugs=bugs.tiled_attention(q, k, v, 3, causal=causal),
+                 reference=_causal_text(causal, 6, 10) + " in float64")
+
+
+@exercise("tiled_attention")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
+    """at T = 2048 with blocks of 128, makes no tensor larger than (L, block) pieces: never (L, S)"""
+    length, block_size = 2048, 128
+    q, k, v = (inputs.randn(1, length, 16) for _ in range(3))
+    got, largest, call = run_measured(submission, "tiled_attention", q, k, v, block_size, causal=causal)
+    budget = 2 * length * block_size  # an (L, block) piece, with room to spare
+    if largest is not None and largest.numel > budget:
+        fail(f"{call} built a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); tiled "
+             f"attention keeps at most {shape_text((length, block_size))} at a time "
+             f"({length * block_size:,} scores)", hint=WHOLE_MATRIX_HINT)
+    expect_close(got, _attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
+
+
+# -- merge_attention -----------------------------------------------------------------------
+
+
+def _part(q, k, v):
+    """``(output, lse)`` of attention over these keys: PyTorch's output, and the log of the
+    sum of exp(score) (``-inf`` with no key)."""
+    if k.shape[-2] == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q.new_full(q.shape[:-1], float("-inf"))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S_part)
+    return F.scaled_dot_product_attention(q, k, v), torch.logsumexp(scores, dim=-1)
+
+
+def _merge_inputs(inputs, case, logit_scale: float = 1.0):
+    """``(q, k, v, split)`` for a case of MERGE_CASES."""
+    _, batch, num_queries, num_keys, width, split = case
+    q = logit_scale * inputs.randn(*batch, num_queries, width)
+    k = logit_scale * inputs.randn(*batch, num_keys, width)
+    return q, k, inputs.randn(*batch, num_keys, width), split
+
+
+def _split_parts(q, k, v, split: int):
+    """``(out_a, lse_a, out_b, lse_b)``: keys ``0 .. split - 1`` and the rest."""
+    out_a, lse_a = _part(q, k[..., :split, :], v[..., :split, :])
+    out_b, lse_b = _part(q, k[..., split:, :], v[..., split:, :])
+    return out_a, lse_a, out_b, lse_b
+
+
+# (id, batch dims, L, S, d, split): keys 0 .. split - 1 in part A, the rest in part B.
+MERGE_CASES = [
+    ("B2-L4-S10-split3", (2,), 4, 10, 8, 3),
+    ("B1-H2-L5-S6-split5", (1, 2), 5, 6, 4, 5),
+    ("B3-L3-S7-split1", (3,), 3, 7, 4, 1),
+    ("B2-L1-S8-split4-d1", (2,), 1, 8, 1, 4),
+]
+
+
+@exercise("merge_attention")
+@pytest.mark.parametrize("case", MERGE_CASES, ids=case_ids(MERGE_CASES))
+def test_merge_equals_attention_over_all_keys(submission, bugs, inputs, case):
+    """gives the output and log-sum-exp of attention over keys A and B together"""
+    q, k, v, split = _merge_inputs(inputs, case)
+    parts = _split_parts(q, k, v, split)
+    got, call = run(submission, "merge_attention", *parts)
+    _expect_merged(got, call, _part(q, k, v), bugs.merge_attention(*parts),
+                   "F.scaled_dot_product_attention and torch.logsumexp over all the keys")
+
+
+@exercise("merge_attention")
+@pytest.mark.parametrize("case", MERGE_CASES[::2], ids=case_ids(MERGE_CASES[::2]))
+def test_merge_matches_reference(submission, reference, bugs, inputs, case):
+    """matches the reference"""
+    q, k, v, split = _merge_inputs(inputs, case)
+    parts = _split_parts(q, k, v, split)
+    got, call = run(submission, "merge_attention", *parts)
+    _expect_merged(got, call, reference.merge_attention(*parts), bugs.merge_attention(*parts),
+                   "the reference")
+
+
+@exercise("merge_attention")
+def test_merge_large_scores(submission, bugs, inputs):
+    """stays finite when the log-sum-exps are in the hundreds (exp of them overflows)"""
+    q, k, v, split = _merge_inputs(inputs, MERGE_CASES[0], logit_scale=12.0)
+    parts = _split_parts(q.double(), k.double(), v.double(), split)
+    parts = [part.float() for part in parts]
+    got, call = run(submission, "merge_attention", *parts)
+    expected = [part.float() for part in _part(q.double(), k.double(), v.double())]
+    _expect_merged(got, call, expected, bugs.merge_attention(*parts),
+                   "attention over all the keys, in float64")
+
+
+@exercise("merge_attention")
+def test_merge_with_an_empty_part(submission, bugs, inputs):
+    """a part with no keys (lse -inf, output 0) leaves the other part as it is"""
+    q, k, v, _ = _merge_inputs(inputs, MERGE_CASES[0])
+    parts = _split_parts(q, k, v, 0)  # part A has no key
+    got, call = run(submission, "merge_attention", *parts)
+    _expect_merged(got, call, _part(q, k, v), bugs.merge_attention(*parts),
+                   "part B alone (part A has no key)")
+
+
+def _expect_merged(got, call: str, expected, lookalikes, reference: str) -> None:
+    """An ``(out, lse)`` pair, the log-sum-exp first: it explains the output."""
+    out, lse = unpack(got, ("out", "lse"), call)
+    expect_close(lse, expected[1], f"lse of {call}", bugs=lookalikes.part(1), reference=reference)
+    expect_close(out, expected[0], f"out of {call}", bugs=lookalikes.part(0), reference=reference)
+
+
+# -- every exercise -----------------------------------------------------------------------
+
+test_would_run_on_a_gpu = portability_check([
+    portable("online_softmax", lambda inputs: ((inputs.randn(3, 10), 4), {})),
+    portable("tiled_attention", lambda inputs: (
+        _tiled_inputs(inputs, TILED_CASES[2]) + (4,), {"causal": True})),
+    portable("merge_attention", lambda inputs: (
+        _split_parts(*_merge_inputs(inputs, MERGE_CASES[0])[:3], 3), {})),
+])

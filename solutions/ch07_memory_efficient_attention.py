@@ -1,0 +1,144 @@
+"""Chapter 7: memory-efficient attention (the idea behind FlashAttention).
+
+Fill in the body of each function (the lines that raise NotImplementedError).
+Read chapters/07_memory_efficient_attention/README.md first; grade your work with
+
+    mha-course grade ch07
+
+Conventions used in every exercise of this chapter:
+
+* Queries ``q`` have shape ``(..., L, d)``, keys ``k`` ``(..., S, d)`` and
+  values ``v`` ``(..., S, d_v)``; the leading dimensions are batch (and
+  head) dimensions, the same for all three. The scale is ``1 / sqrt(d)``.
+* Keys are processed in blocks of ``block_size`` consecutive keys: keys
+  ``0 .. block_size - 1``, then the next ``block_size``, and so on; the last
+  block is shorter when ``block_size`` does not divide ``S``.
+* Causal is chapter 4's bottom-right alignment: query ``i`` sits at position
+  ``i + S - L`` and sees keys ``0 .. i + S - L``. A query with no key to see
+  (``L > S``) gets a zero output.
+* Memory is the point: ``tiled_attention`` never builds the ``(L, S)`` score
+  matrix (nor an ``(L, S)`` mask), only ``(L, block_size)`` pieces of it.
+  The grader measures the largest tensor your code makes.
+
+You may not call ``torch.softmax`` (or its relatives) nor
+``F.scaled_dot_product_attention``: this chapter is how they can be written.
+"""
+
+import math
+
+import torch
+
+
+def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Softmax over the last dimension, reading ``x`` one block at a time.
+
+    A first pass over the blocks keeps, for every row, the running maximum
+    ``m`` and the running sum ``l`` of ``exp(x - m)``; when a block raises the
+    maximum, the sum so far is rescaled by ``exp(m_old - m_new)``. A second
+    pass divides ``exp(x - m)`` by ``l``.
+
+    Args:
+        x: finite numbers, shape ``(..., N)``, any size of logits (1e4 too).
+        block_size: how many entries of a row each step reads, ``>= 1``.
+
+    Returns:
+        Shape ``(..., N)``, equal to ``torch.softmax(x, dim=-1)``.
+    """
+    # BEGIN SOLUTION
+    n = x.shape[-1]
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype, device=x.device)  # (...,) running max
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # (...,) running sum of exp(x - m)
+    for start in range(0, n, block_size):
+        block = x[..., start : start + block_size]  # (..., block), shorter at the end
+        m_new = torch.maximum(m, block.amax(dim=-1))  # (...,)
+        # The sum so far was taken against the old max: exp(x - m_old) * exp(m_old - m_new)
+        # is exp(x - m_new). exp(-inf) = 0 on the first block, when nothing is summed yet.
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    return torch.exp(x - m[..., None]) / l[..., None]  # (..., N)
+    # END SOLUTION
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int,
+    causal: bool = False,
+) -> torch.Tensor:
+    """Scaled dot-product attention over blocks of keys, with an online softmax.
+
+    For each block of keys: its scores ``(..., L, block)``, the new running
+    max ``m`` and sum ``l`` of every query, and the running output ``acc``
+    (the weighted sum of values, not yet divided by ``l``), rescaled by
+    ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``.
+
+    Args:
+        q: queries, shape ``(..., L, d)``.
+        k: keys, shape ``(..., S, d)``.
+        v: values, shape ``(..., S, d_v)``.
+        block_size: keys per block, ``>= 1`` (any size; ``>= S`` is one block).
+        causal: when True, query ``i`` sees keys ``0 .. i + S - L`` only
+            (bottom-right, as in chapter 4); a query that sees no key gets zeros.
+
+    Returns:
+        Shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``, without ever
+        making a tensor of ``L x S`` numbers.
+    """
+    # BEGIN SOLUTION
+    num_queries, num_keys = q.shape[-2], k.shape[-2]
+    scale = 1 / math.sqrt(q.shape[-1])
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)  # (..., L, 1)
+    l = torch.zeros_like(m)  # (..., L, 1)
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # (..., L, d_v)
+    # Position of each query among the keys (bottom-right alignment, chapter 4).
+    positions = torch.arange(num_queries, device=q.device)[:, None] + (num_keys - num_queries)  # (L, 1)
+    for start in range(0, num_keys, block_size):
+        end = min(start + block_size, num_keys)
+        scores = q @ k[..., start:end, :].transpose(-2, -1) * scale  # (..., L, block): never (L, S)
+        if causal:
+            keys = torch.arange(start, end, device=q.device)  # (block,) the keys' own positions
+            scores = scores.masked_fill(keys > positions, float("-inf"))  # (..., L, block)
+        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., L, 1)
+        # A query that has seen only masked keys still has max -inf: subtract 0 instead,
+        # so that exp gives 0 and not exp(-inf + inf) = NaN.
+        shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
+        p = torch.exp(scores - shift)  # (..., L, block) unnormalised weights
+        rescale = torch.exp(m - shift)  # (..., L, 1) old max to new max
+        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + p @ v[..., start:end, :]  # (..., L, d_v)
+        m = m_new
+    # A query with no visible key has l = 0 and acc = 0: its output is 0, not 0 / 0.
+    return acc / l.masked_fill(l == 0, 1.0)  # (..., L, d_v)
+    # END SOLUTION
+
+
+def merge_attention(
+    out_a: torch.Tensor,
+    lse_a: torch.Tensor,
+    out_b: torch.Tensor,
+    lse_b: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over two sets of keys, from the attention over each set.
+
+    ``out_a`` is the attention output of some queries over keys A,
+    ``lse_a`` the log of the sum of ``exp(score)`` over those keys (for each
+    query); the same for B. This is how the pieces of split-KV attention
+    (Flash-Decoding, ring attention) are put together.
+
+    Args:
+        out_a, out_b: shape ``(..., L, d_v)``.
+        lse_a, lse_b: shape ``(..., L)``; ``-inf`` for a query with no key in
+            that set (every query has a key in at least one of them).
+
+    Returns:
+        ``(out, lse)`` of shapes ``(..., L, d_v)`` and ``(..., L)``: the
+        attention output over keys A and B together, and its log-sum-exp.
+    """
+    # BEGIN SOLUTION
+    lse = torch.logaddexp(lse_a, lse_b)  # (..., L): log(e^lse_a + e^lse_b), without overflow
+    # Each part's share of the total softmax mass: sum over A of exp(score) / sum over all.
+    weight_a = torch.exp(lse_a - lse)[..., None]  # (..., L, 1)
+    weight_b = torch.exp(lse_b - lse)[..., None]  # (..., L, 1)
+    return weight_a * out_a + weight_b * out_b, lse  # (..., L, d_v), (..., L)
+    # END SOLUTION
