@@ -5,8 +5,6 @@ a query head used; a grouped view whose mask is not reshaped fails the mask chec
 enable_gqa check skips on a torch without it; and the lesson's numbers are the reference's."""
 
 import importlib.util
-import re
-import xml.etree.ElementTree as ElementTree
 
 import pytest
 import torch
@@ -244,29 +242,3 @@ def test_a_module_that_mixes_up_heads_in_the_output_fails_only_the_module(grade_
     report = grade_source(source, chapter="ch06")
     assert {name for name, status in statuses(report).items() if status != "passed"} == {"GroupedQueryAttention"}
     assert "nn.MultiheadAttention" in "\n".join(_failed(report, "GroupedQueryAttention"))
-
-
-# -- the lesson ------------------------------------------------------------------------
-
-
-def _figures() -> dict[str, str]:
-    return _load(LESSON / "figures.py", "ch06_figures").figures()
-
-
-def test_figures_are_deterministic_svg_and_the_lesson_shows_them():
-    figures = _figures()
-    assert figures == _figures()
-    for name, text in figures.items():
-        assert ElementTree.fromstring(text).tag == "{http://www.w3.org/2000/svg}svg", name
-        assert (LESSON / "figures" / name).read_text(encoding="utf-8") == text, f"run mha-course build ({name})"
-    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
-    assert set(re.findall(r"!\[[^\]]*\]\(figures/([^)]+)\)", lesson)) == set(figures)
-
-
-def test_the_lesson_lists_each_exercise_with_its_points():
-    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
-    for exercise in CH06.exercises:
-        row = re.search(rf"^\| `{exercise.name}` \| (\d+) \|", lesson, flags=re.MULTILINE)
-        assert row is not None and int(row.group(1)) == exercise.points, exercise.name
-    assert f"**{CH06.points}**" in lesson
-    assert "mha-course grade ch06" in lesson

@@ -1,5 +1,10 @@
 """The whole course: the reference solutions score full marks on every chapter
-(whatever the seed), and the untouched stubs score nothing."""
+(whatever the seed), and the untouched stubs score nothing; every lesson
+shows its figures and lists its exercises."""
+
+import importlib.util
+import re
+import xml.etree.ElementTree as ElementTree
 
 import pytest
 
@@ -26,3 +31,38 @@ def test_the_stubs_score_zero_and_every_exercise_is_not_implemented():
     assert report.score == 0
     assert {r.status for r in report.exercises} == {"not implemented"}
     assert len(report.exercises) == sum(len(chapter.exercises) for chapter in CHAPTERS)
+
+
+# -- every lesson ---------------------------------------------------------------------
+
+
+def _figures(chapter) -> dict[str, str]:
+    """What the chapter's figures.py draws: ``{file name: SVG text}``."""
+    path = COURSE_ROOT / "chapters" / chapter.folder / "figures.py"
+    spec = importlib.util.spec_from_file_location(f"figures_{chapter.module}_for_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.figures()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_figures_are_deterministic_svg_and_the_lesson_shows_them(chapter):
+    lesson = COURSE_ROOT / "chapters" / chapter.folder
+    figures = _figures(chapter)
+    assert figures and figures == _figures(chapter)
+    for name, text in figures.items():
+        assert ElementTree.fromstring(text).tag == "{http://www.w3.org/2000/svg}svg", name
+        assert (lesson / "figures" / name).read_text(encoding="utf-8") == text, f"run mha-course build ({name})"
+    shown = re.findall(r"!\[[^\]]*\]\(figures/([^)]+)\)", (lesson / "README.md").read_text(encoding="utf-8"))
+    assert set(shown) == set(figures)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_the_lesson_lists_each_exercise_with_its_points(chapter):
+    lesson = (COURSE_ROOT / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+    for exercise in chapter.exercises:
+        # | `name` | 2 | or | `name(arguments)` | 2 |
+        row = re.search(rf"^\| `{exercise.name}(\(.*?\))?` \| (\d+) \|", lesson, flags=re.MULTILINE)
+        assert row is not None and int(row.group(2)) == exercise.points, exercise.name
+    assert f"**{chapter.points}**" in lesson
+    assert f"mha-course grade {chapter.id}" in lesson
