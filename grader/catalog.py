@@ -282,6 +282,36 @@ CHAPTERS: tuple[Chapter, ...] = (
             ),
         ),
     ),
+    Chapter(
+        number=8,
+        slug="tiny_language_model",
+        title="Capstone: a tiny causal language model from your own parts",
+        # The attention inside the block is the student's (chapters 3 and 4);
+        # torch.softmax, F.scaled_dot_product_attention and F.cross_entropy are
+        # allowed: they were earned in earlier chapters. train is not refused
+        # anything, so its 200 steps run without the refusing modes' cost.
+        exercises=(
+            Exercise(
+                "TransformerBlock",
+                "pre-norm causal self-attention and MLP, with residuals",
+                4,
+                forbidden=MULTI_HEAD_CALLS,
+            ),
+            Exercise(
+                "TinyLM",
+                "embeddings, blocks, final norm and head: logits (B, T, V)",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("TransformerBlock",),
+            ),
+            Exercise(
+                "train",
+                "next-token training with AdamW, the loss of every step",
+                3,
+                uses=("TinyLM",),
+            ),
+        ),
+    ),
 )
 
 

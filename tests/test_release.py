@@ -38,6 +38,7 @@ BUGS = {
     "ch05": ("apply_rope", "pairs-are-halves"),
     "ch06": ("grouped_query_attention", "tiled"),
     "ch07": ("tiled_attention", "output-not-rescaled"),
+    "ch08": ("TransformerBlock", "no-causal-mask"),
 }
 
 

@@ -1,0 +1,133 @@
+"""Chapter 8: capstone, a tiny causal language model from your own parts.
+
+Fill in the body of each function and class (the lines that raise
+NotImplementedError). Read chapters/08_tiny_language_model/README.md first;
+grade your work with
+
+    mha-course grade ch08
+
+Conventions used in every exercise of this chapter:
+
+* Tokens are integers ``0 .. vocab_size - 1`` (one a character of the
+  chapter's ``text.txt``), in a ``(B, T)`` tensor; ``T <= context``.
+* The model is pre-norm: each sub-layer reads ``LayerNorm(x)`` and its output
+  is added to ``x`` (the residual stream).
+* Attention is causal: position ``t`` sees positions ``0 .. t`` only, so the
+  logits at ``t`` never depend on a later token.
+* The grader loads weights by ``state_dict`` names: use exactly the
+  attribute names the docstrings give (and no other parameters).
+
+You may not use ``nn.MultiheadAttention`` (nor its functional form): write
+the attention yourself, as in chapters 3 and 4.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm decoder block: causal multi-head self-attention, then a
+    feed-forward network, each added to its input.
+
+    ``x = x + attention(ln1(x))`` then ``x = x + mlp(ln2(x))``, where the
+    attention projects with ``qkv`` to queries, keys and values (in that
+    order along the last dimension), splits them into ``num_heads`` heads of
+    ``d_model // num_heads`` features (chapter 3), applies the causal
+    ``softmax(q k^T / sqrt(d)) v`` per head, merges the heads and projects
+    with ``proj``; and ``mlp`` is ``Linear(d_model, 4 d_model)``, ``GELU``,
+    ``Linear(4 d_model, d_model)``.
+
+    Parameters (``state_dict`` names): ``ln1.weight``, ``ln1.bias``,
+    ``qkv.weight`` ``(3 D, D)``, ``qkv.bias``, ``proj.weight`` ``(D, D)``,
+    ``proj.bias``, ``ln2.weight``, ``ln2.bias``, ``mlp.0.weight``
+    ``(4 D, D)``, ``mlp.0.bias``, ``mlp.2.weight`` ``(D, 4 D)``,
+    ``mlp.2.bias``.
+
+    Args:
+        d_model: features of each token, ``D``, a multiple of ``num_heads``.
+        num_heads: attention heads ``H``.
+
+    ``forward(x)``: ``x`` of shape ``(B, T, D)`` gives shape ``(B, T, D)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+
+class TinyLM(nn.Module):
+    """A decoder-only language model: embeddings, blocks, a final norm, a head.
+
+    ``x = tok_emb(tokens) + pos_emb(positions 0 .. T - 1)``, then each of
+    the ``num_layers`` ``TransformerBlock``\\ s in ``blocks`` in turn, then
+    ``ln_f``, then ``head`` (a ``Linear(d_model, vocab_size)``) gives the
+    logits of the next token at every position.
+
+    Parameters (``state_dict`` names): ``tok_emb.weight`` ``(V, D)``,
+    ``pos_emb.weight`` ``(context, D)``, ``blocks.0. ...`` to
+    ``blocks.{num_layers - 1}. ...`` (each a ``TransformerBlock``'s names),
+    ``ln_f.weight``, ``ln_f.bias``, ``head.weight`` ``(V, D)``, ``head.bias``.
+
+    Args:
+        vocab_size: tokens ``V``.
+        d_model, num_heads: as for ``TransformerBlock``.
+        num_layers: blocks, ``>= 1``.
+        context: the longest sequence, the rows of ``pos_emb``.
+
+    ``forward(tokens)``: ``tokens`` of shape ``(B, T)`` (integers,
+    ``T <= context``) gives logits of shape ``(B, T, V)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
+        super().__init__()
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+
+def train(
+    tokens: torch.Tensor,
+    vocab_size: int,
+    steps: int,
+    context: int = 32,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    seed: int = 0,
+    d_model: int = 32,
+    num_heads: int = 2,
+    num_layers: int = 1,
+) -> list[float]:
+    """Train a fresh ``TinyLM`` to predict the next token; the loss of every step.
+
+    Seed PyTorch's generator with ``seed`` first (``torch.manual_seed``), so
+    that the same arguments give the same losses; then build ``TinyLM(vocab_size, d_model, num_heads,
+    num_layers, context)`` on the device of ``tokens`` and an
+    ``torch.optim.AdamW`` with learning rate ``lr``. Each step: draw
+    ``batch_size`` random windows of ``context + 1`` consecutive tokens; the
+    first ``context`` are the input, the last ``context`` (shifted by one)
+    the targets; the loss is the cross-entropy of the logits against the
+    targets, averaged over every position; zero the gradients, backpropagate
+    and step.
+
+    Args:
+        tokens: the training text as token ids, shape ``(N,)``, ``N > context + 1``.
+        vocab_size: tokens ``V``.
+        steps: optimizer steps.
+        context, batch_size, lr, seed, d_model, num_heads, num_layers: as named.
+
+    Returns:
+        ``steps`` Python floats (``loss.item()``): the loss before each step.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError

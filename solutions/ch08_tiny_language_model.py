@@ -1,0 +1,179 @@
+"""Chapter 8: capstone, a tiny causal language model from your own parts.
+
+Fill in the body of each function and class (the lines that raise
+NotImplementedError). Read chapters/08_tiny_language_model/README.md first;
+grade your work with
+
+    mha-course grade ch08
+
+Conventions used in every exercise of this chapter:
+
+* Tokens are integers ``0 .. vocab_size - 1`` (one a character of the
+  chapter's ``text.txt``), in a ``(B, T)`` tensor; ``T <= context``.
+* The model is pre-norm: each sub-layer reads ``LayerNorm(x)`` and its output
+  is added to ``x`` (the residual stream).
+* Attention is causal: position ``t`` sees positions ``0 .. t`` only, so the
+  logits at ``t`` never depend on a later token.
+* The grader loads weights by ``state_dict`` names: use exactly the
+  attribute names the docstrings give (and no other parameters).
+
+You may not use ``nn.MultiheadAttention`` (nor its functional form): write
+the attention yourself, as in chapters 3 and 4.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm decoder block: causal multi-head self-attention, then a
+    feed-forward network, each added to its input.
+
+    ``x = x + attention(ln1(x))`` then ``x = x + mlp(ln2(x))``, where the
+    attention projects with ``qkv`` to queries, keys and values (in that
+    order along the last dimension), splits them into ``num_heads`` heads of
+    ``d_model // num_heads`` features (chapter 3), applies the causal
+    ``softmax(q k^T / sqrt(d)) v`` per head, merges the heads and projects
+    with ``proj``; and ``mlp`` is ``Linear(d_model, 4 d_model)``, ``GELU``,
+    ``Linear(4 d_model, d_model)``.
+
+    Parameters (``state_dict`` names): ``ln1.weight``, ``ln1.bias``,
+    ``qkv.weight`` ``(3 D, D)``, ``qkv.bias``, ``proj.weight`` ``(D, D)``,
+    ``proj.bias``, ``ln2.weight``, ``ln2.bias``, ``mlp.0.weight``
+    ``(4 D, D)``, ``mlp.0.bias``, ``mlp.2.weight`` ``(D, 4 D)``,
+    ``mlp.2.bias``.
+
+    Args:
+        d_model: features of each token, ``D``, a multiple of ``num_heads``.
+        num_heads: attention heads ``H``.
+
+    ``forward(x)``: ``x`` of shape ``(B, T, D)`` gives shape ``(B, T, D)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        # BEGIN SOLUTION
+        self.num_heads = num_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        # END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # BEGIN SOLUTION
+        batch, length, d_model = x.shape
+        head_dim = d_model // self.num_heads
+        q, k, v = self.qkv(self.ln1(x)).split(d_model, dim=-1)  # 3 x (B, T, D)
+        # (B, T, D) -> (B, T, H, d) -> (B, H, T, d), as chapter 3's split_heads
+        q, k, v = (t.view(batch, length, self.num_heads, head_dim).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)
+        # Position t sees 0 .. t: the future is -inf before the softmax, so its weight is 0.
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
+        scores = scores.masked_fill(future, float("-inf"))
+        heads = torch.softmax(scores, dim=-1) @ v  # (B, H, T, d)
+        merged = heads.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, D)
+        x = x + self.proj(merged)
+        x = x + self.mlp(self.ln2(x))
+        return x  # (B, T, D)
+        # END SOLUTION
+
+
+class TinyLM(nn.Module):
+    """A decoder-only language model: embeddings, blocks, a final norm, a head.
+
+    ``x = tok_emb(tokens) + pos_emb(positions 0 .. T - 1)``, then each of
+    the ``num_layers`` ``TransformerBlock``\\ s in ``blocks`` in turn, then
+    ``ln_f``, then ``head`` (a ``Linear(d_model, vocab_size)``) gives the
+    logits of the next token at every position.
+
+    Parameters (``state_dict`` names): ``tok_emb.weight`` ``(V, D)``,
+    ``pos_emb.weight`` ``(context, D)``, ``blocks.0. ...`` to
+    ``blocks.{num_layers - 1}. ...`` (each a ``TransformerBlock``'s names),
+    ``ln_f.weight``, ``ln_f.bias``, ``head.weight`` ``(V, D)``, ``head.bias``.
+
+    Args:
+        vocab_size: tokens ``V``.
+        d_model, num_heads: as for ``TransformerBlock``.
+        num_layers: blocks, ``>= 1``.
+        context: the longest sequence, the rows of ``pos_emb``.
+
+    ``forward(tokens)``: ``tokens`` of shape ``(B, T)`` (integers,
+    ``T <= context``) gives logits of shape ``(B, T, V)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
+        super().__init__()
+        # BEGIN SOLUTION
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(context, d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(d_model, num_heads) for _ in range(num_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        # END SOLUTION
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # BEGIN SOLUTION
+        positions = torch.arange(tokens.shape[1], device=tokens.device)  # (T,)
+        x = self.tok_emb(tokens) + self.pos_emb(positions)  # (B, T, D): (T, D) broadcasts over B
+        for block in self.blocks:
+            x = block(x)  # (B, T, D)
+        return self.head(self.ln_f(x))  # (B, T, V)
+        # END SOLUTION
+
+
+def train(
+    tokens: torch.Tensor,
+    vocab_size: int,
+    steps: int,
+    context: int = 32,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    seed: int = 0,
+    d_model: int = 32,
+    num_heads: int = 2,
+    num_layers: int = 1,
+) -> list[float]:
+    """Train a fresh ``TinyLM`` to predict the next token; the loss of every step.
+
+    Seed PyTorch's generator with ``seed`` first (``torch.manual_seed``), so
+    that the same arguments give the same losses; then build ``TinyLM(vocab_size, d_model, num_heads,
+    num_layers, context)`` on the device of ``tokens`` and an
+    ``torch.optim.AdamW`` with learning rate ``lr``. Each step: draw
+    ``batch_size`` random windows of ``context + 1`` consecutive tokens; the
+    first ``context`` are the input, the last ``context`` (shifted by one)
+    the targets; the loss is the cross-entropy of the logits against the
+    targets, averaged over every position; zero the gradients, backpropagate
+    and step.
+
+    Args:
+        tokens: the training text as token ids, shape ``(N,)``, ``N > context + 1``.
+        vocab_size: tokens ``V``.
+        steps: optimizer steps.
+        context, batch_size, lr, seed, d_model, num_heads, num_layers: as named.
+
+    Returns:
+        ``steps`` Python floats (``loss.item()``): the loss before each step.
+    """
+    # BEGIN SOLUTION
+    torch.manual_seed(seed)
+    model = TinyLM(vocab_size, d_model, num_heads, num_layers, context).to(tokens.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    offsets = torch.arange(context + 1, device=tokens.device)  # (context + 1,)
+    losses = []
+    for _ in range(steps):
+        starts = torch.randint(len(tokens) - context, (batch_size, 1), device=tokens.device)  # (B, 1)
+        windows = tokens[starts + offsets]  # (B, context + 1)
+        inputs, targets = windows[:, :-1], windows[:, 1:]  # (B, T) each: the target is the next token
+        logits = model(inputs)  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))  # over B * T positions
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())  # a float, not the tensor: keeping it would keep its graph
+    return losses
+    # END SOLUTION

@@ -1,0 +1,126 @@
+"""Chapter 8 (a tiny causal language model): the reference scores full marks and the stub
+zero; a correct block written otherwise (PyTorch's causal attention) passes; a block
+without the causal mask fails its causality check and makes train's loss too low, with a
+message that says why; unshifted targets fail the training check alone; and the lesson's
+numbers (the alphabet of text.txt, ln V, the loss the reference reaches) are true."""
+
+import importlib.util
+import math
+import time
+
+import pytest
+import torch
+
+from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from grader.bugs.ch08 import BUGS
+from grader.catalog import COURSE_ROOT, find_chapter
+from grader.checks.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
+from grader.known_bugs import apply_bug
+from grader.sandbox import Limits
+
+CH08 = find_chapter("ch08")
+SOLUTION = solution_source(CH08)
+LESSON = COURSE_ROOT / "chapters" / CH08.folder
+# The training check runs 200 steps in the worker: the default limits, not the tests' short ones.
+LIMITS = Limits()
+CAUSAL_CHECK = "changing the last token's input changes no earlier position's output"
+
+
+def _bug(name: str):
+    return next(bug for bug in BUGS if bug.name == name)
+
+
+def _failed(report, exercise: str) -> dict[str, str]:
+    """``{check title: message}`` of the exercise's failed checks."""
+    return {check.check: check.message for check in result_of(report, exercise).failed_checks}
+
+
+def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
+    solved = grade_source(SOLUTION, chapter="ch08", limits=LIMITS)
+    assert solved.passed and solved.score == solved.max_score == 10
+    stub = grade_source(stub_source(CH08), chapter="ch08")
+    assert stub.score == 0
+    assert set(statuses(stub).values()) == {"not implemented"}
+
+
+# Correct code written otherwise: PyTorch's causal attention, the heads split with
+# unflatten, the MLP's layers named through an nn.Sequential built from a list.
+OTHER_STYLE_BLOCK = '''
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(*[nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)])
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.unflatten(-1, (self.h, -1)).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+'''
+
+
+def test_correct_code_in_another_style_scores_full_marks(grade_source):
+    source = replace_function(SOLUTION, "TransformerBlock", OTHER_STYLE_BLOCK)
+    report = grade_source(source, chapter="ch08", limits=LIMITS)
+    assert report.passed, [(r.exercise.name, r.reason) for r in report.exercises if r.status != "passed"]
+
+
+def test_a_block_without_the_causal_mask_is_caught_and_its_training_loss_is_too_low(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("no-causal-mask")), chapter="ch08", limits=LIMITS)
+    block = _failed(report, "TransformerBlock")
+    assert "is the causal mask missing" in block[CAUSAL_CHECK]
+    (training,) = _failed(report, "train").values()
+    assert "is too low: the model sees the token it must predict" in training
+    assert "is the causal mask missing" in training.lower() and "step 0: " in training
+
+
+def test_unshifted_targets_fail_the_training_check_alone(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("targets-not-shifted")), chapter="ch08", limits=LIMITS)
+    assert statuses(report)["TransformerBlock"] == statuses(report)["TinyLM"] == "passed"
+    (message,) = _failed(report, "train").values()
+    assert "too low" in message and "targets not the inputs shifted by one" in message
+
+
+def test_a_model_that_does_not_learn_shows_its_loss_curve(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("no-optimizer-step")), chapter="ch08", limits=LIMITS)
+    (message,) = _failed(report, "train").values()
+    assert f"above {LEARNED}" in message
+    assert "step 0: " in message and f"step {TRAIN_STEPS - 1}: " in message
+
+
+def _reference():
+    spec = importlib.util.spec_from_file_location("reference_ch08_for_tests",
+                                                  COURSE_ROOT / "solutions" / f"{CH08.module}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_reference_learns_with_margin_on_both_sides_and_fast(seed):
+    tokens, vocab_size = _text_tokens()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the worker
+    try:
+        start = time.perf_counter()
+        losses = _reference().train(tokens, vocab_size, TRAIN_STEPS, seed=seed)
+        seconds = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    final = sum(losses[-10:]) / 10
+    assert SEES_THE_ANSWER + 0.6 < final < LEARNED - 0.3
+    assert abs(losses[0] - math.log(vocab_size)) < 0.5
+    assert seconds < 5
+
+
+def test_the_lessons_numbers_are_the_texts():
+    _, vocab_size = _text_tokens()
+    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
+    assert vocab_size == 32 and f"$\\ln {vocab_size} = {math.log(vocab_size):.2f}$" in lesson
+    assert f"below {LEARNED}" in lesson and f"not below {SEES_THE_ANSWER}" in lesson
+    assert f"{TRAIN_STEPS} steps" in lesson
