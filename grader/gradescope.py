@@ -184,13 +184,15 @@ def bundle_sources(root: Path = COURSE_ROOT) -> list[str]:
     pyproject.toml and README.md (the package's readme) let setup.sh install
     the course; ``grader/`` is the autograder (its ``.py`` files and the
     checks' pytest.ini: caches and editor leftovers stay out); ``solutions/``
-    holds the references the checks compare with.
+    holds the references the checks compare with; a chapter's ``.txt`` files
+    are data its checks read (the capstone's training text).
     """
     names = ["pyproject.toml", "README.md"]
     for path in (root / "grader").rglob("*"):
         if path.is_file() and path.suffix in (".py", ".ini") and "__pycache__" not in path.parts:
             names.append(path.relative_to(root).as_posix())
     names += [path.relative_to(root).as_posix() for path in (root / "solutions").glob("*.py")]
+    names += [path.relative_to(root).as_posix() for path in (root / "chapters").glob("*/*.txt")]
     return sorted(names)
 
 
