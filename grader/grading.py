@@ -137,7 +137,7 @@ def grade(
 
     # Heaviest first, so that no process is left with a long chapter at the
     # end. Recording a student edition keeps what it records in this process.
-    chapters = sorted((chapter for chapter, _ in targets), key=_check_count, reverse=True)
+    chapters = sorted((chapter for chapter, _ in targets), key=_grading_cost, reverse=True)
     recording = isinstance(recorded.MODE, recorded.Recorder)
     try:
         with one_thread():
@@ -182,9 +182,11 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
 
 
-def _check_count(chapter: Chapter) -> int:
-    """How many check functions the chapter has: a measure of its grading time."""
-    return (CHECKS_DIR / f"test_{chapter.module}.py").read_text(encoding="utf-8").count("\ndef test_")
+def _grading_cost(chapter: Chapter) -> int:
+    """How many check functions the chapter has, plus what its catalog entry
+    adds for slow ones (``Chapter.extra_cost``): a measure of its grading time."""
+    checks = (CHECKS_DIR / f"test_{chapter.module}.py").read_text(encoding="utf-8").count("\ndef test_")
+    return checks + chapter.extra_cost
 
 
 def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
