@@ -107,8 +107,8 @@ def train(
     d_model: int = 32,
     num_heads: int = 2,
     num_layers: int = 1,
-) -> list[float]:
-    """Train a fresh ``TinyLM`` to predict the next token; the loss of every step.
+) -> tuple[TinyLM, list[float]]:
+    """Train a fresh ``TinyLM`` to predict the next token: the model, and the loss of every step.
 
     Seed PyTorch's generator with ``seed`` first (``torch.manual_seed``), so
     that the same arguments give the same losses; then build ``TinyLM(vocab_size, d_model, num_heads,
@@ -127,7 +127,8 @@ def train(
         context, batch_size, lr, seed, d_model, num_heads, num_layers: as named.
 
     Returns:
-        ``steps`` Python floats (``loss.item()``): the loss before each step.
+        ``(model, losses)``: the trained ``TinyLM`` itself, and ``steps``
+        Python floats (``loss.item()``), the loss before each step.
     """
     # YOUR CODE HERE
     raise NotImplementedError

@@ -45,6 +45,16 @@ class Foreign:
         return f"<{self.type_name}>"
 
 
+class ModuleState(Foreign):
+    """Stands for an ``nn.Module`` a function returned (a trained model, say):
+    its type and its ``state_dict``, copied as tensors. The object itself
+    stays in the worker; a check rebuilds what it needs from the state."""
+
+    def __init__(self, type_name: str, state: dict):
+        super().__init__(type_name)
+        self.state = state
+
+
 # -- frames, in both directions ---------------------------------------------
 
 
@@ -158,6 +168,8 @@ def encode(value: object, depth: int = 0) -> dict:
             return {"kind": "foreign", "type": f"{type(value).__name__} of {len(value)} items",
                     "text": ""}
         return {"kind": type(value).__name__, "items": [encode(item, depth + 1) for item in value]}
+    if isinstance(value, torch.nn.Module):
+        return _encode_module(value, depth)
     if type(value) is dict and all(type(key) is str for key in value):
         if len(value) > MAX_ITEMS:
             return {"kind": "foreign", "type": f"dict of {len(value)} items", "text": ""}
@@ -168,6 +180,17 @@ def encode(value: object, depth: int = 0) -> dict:
     except BaseException:  # a broken __repr__ is the student's, not ours
         text = ""
     return {"kind": "foreign", "type": _type_name(value), "text": text}
+
+
+def _encode_module(module: torch.nn.Module, depth: int) -> dict:
+    """A module as its type and its ``state_dict`` (tensors by name)."""
+    try:
+        state = dict(module.state_dict())
+    except BaseException:  # the student's module, the student's error: send what is known
+        state = None
+    if state is None or len(state) > MAX_ITEMS or not all(type(key) is str for key in state):
+        return {"kind": "foreign", "type": _type_name(module), "text": ""}
+    return {"kind": "module", "type": _type_name(module), "state": encode(state, depth + 1)}
 
 
 # -- grader side ------------------------------------------------------------
@@ -218,6 +241,11 @@ def decode(node: object) -> object:
         return Foreign("tensor on the meta device (a shape, no values)", f"shape {tuple(_field(node, 'shape', list))}")
     if kind == "foreign":
         return Foreign(_field(node, "type", str), _field(node, "text", str))
+    if kind == "module":
+        state = decode(_field(node, "state", dict))
+        if type(state) is not dict:
+            raise WireError("malformed answer: a module's state")
+        return ModuleState(_field(node, "type", str), state)
     raise WireError(f"malformed answer: unknown kind {kind!r}")
 
 
@@ -229,4 +257,6 @@ def devices(node: object) -> set[str]:
             found.add(str(node.get("device")))
         for item in node.get("items") or ():
             found |= devices(item)
+        if node.get("kind") == "module":  # a returned model's parameters
+            found |= devices(node.get("state"))
     return found

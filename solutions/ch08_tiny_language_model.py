@@ -137,8 +137,8 @@ def train(
     d_model: int = 32,
     num_heads: int = 2,
     num_layers: int = 1,
-) -> list[float]:
-    """Train a fresh ``TinyLM`` to predict the next token; the loss of every step.
+) -> tuple[TinyLM, list[float]]:
+    """Train a fresh ``TinyLM`` to predict the next token: the model, and the loss of every step.
 
     Seed PyTorch's generator with ``seed`` first (``torch.manual_seed``), so
     that the same arguments give the same losses; then build ``TinyLM(vocab_size, d_model, num_heads,
@@ -157,7 +157,8 @@ def train(
         context, batch_size, lr, seed, d_model, num_heads, num_layers: as named.
 
     Returns:
-        ``steps`` Python floats (``loss.item()``): the loss before each step.
+        ``(model, losses)``: the trained ``TinyLM`` itself, and ``steps``
+        Python floats (``loss.item()``), the loss before each step.
     """
     # BEGIN SOLUTION
     torch.manual_seed(seed)
@@ -175,5 +176,5 @@ def train(
         loss.backward()
         optimizer.step()
         losses.append(loss.item())  # a float, not the tensor: keeping it would keep its graph
-    return losses
+    return model, losses
     # END SOLUTION

@@ -1,8 +1,9 @@
 """Chapter 8 (a tiny causal language model): the reference scores full marks and the stub
 zero; a correct block written otherwise (PyTorch's causal attention) passes; a block
 without the causal mask fails its causality check and makes train's loss too low, with a
-message that says why; unshifted targets fail the training check alone; and the lesson's
-numbers (the alphabet of text.txt, ln V, the loss the reference reaches) are true."""
+message that says why; unshifted targets fail the training check alone; a model copied
+before training is caught when train returns it; and the lesson's numbers (the alphabet of
+text.txt, ln V, the loss the reference reaches) are true."""
 
 import importlib.util
 import math
@@ -93,6 +94,23 @@ def test_a_model_that_does_not_learn_shows_its_loss_curve(grade_source):
     assert "step 0: " in message and f"step {TRAIN_STEPS - 1}: " in message
 
 
+
+def test_a_model_copied_before_training_fails_the_returned_model_check_alone(grade_source):
+    source = SOLUTION.replace("    optimizer = torch.optim.AdamW",
+                              "    untrained = copy.deepcopy(model)\n    optimizer = torch.optim.AdamW")
+    source = "import copy\n" + source.replace("return model, losses", "return untrained, losses")
+    report = grade_source(source, chapter="ch08", limits=LIMITS)
+    (message,) = _failed(report, "train").values()
+    assert "as an untrained one has" in message and "return the model the loop trained" in message
+    assert result_of(report, "train").failed_checks[0].hint == _bug("fresh-model-returned").hint
+
+
+def test_returning_only_the_losses_is_told_what_train_returns(grade_source):
+    report = grade_source(SOLUTION.replace("return model, losses", "return losses"), chapter="ch08",
+                          limits=LIMITS)
+    messages = _failed(report, "train").values()
+    assert messages and all("expected a tuple (model, losses)" in message for message in messages)
+
 def _reference():
     spec = importlib.util.spec_from_file_location("reference_ch08_for_tests",
                                                   COURSE_ROOT / "solutions" / f"{CH08.module}.py")
@@ -108,7 +126,7 @@ def test_the_reference_learns_with_margin_on_both_sides_and_fast(seed):
     torch.set_num_threads(1)  # as in the worker
     try:
         start = time.perf_counter()
-        losses = _reference().train(tokens, vocab_size, TRAIN_STEPS, seed=seed)
+        _, losses = _reference().train(tokens, vocab_size, TRAIN_STEPS, seed=seed)
         seconds = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)

@@ -86,6 +86,33 @@ def test_objects_arrive_as_foreign_placeholders():
     assert received != 1 and "Anything" in received.type_name
 
 
+
+def test_a_module_arrives_as_its_type_and_state_not_as_the_object():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2))
+    received = roundtrip((model, [1.5]))[0]
+    assert isinstance(received, wire.ModuleState) and received.type_name == "torch.nn.modules.container.Sequential"
+    assert sorted(received.state) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    assert all(type(value) is torch.Tensor for value in received.state.values())
+    assert torch.equal(received.state["0.weight"], model[0].weight.detach())
+
+
+def test_a_module_whose_state_cannot_be_read_or_sent_arrives_as_a_placeholder():
+    class Broken(torch.nn.Module):
+        def state_dict(self, *args, **kwargs):
+            raise RuntimeError("no")
+
+    huge = torch.nn.ModuleList(torch.nn.Linear(1, 1) for _ in range(200))  # 400 entries
+    for module, name in ((Broken(), "Broken"), (huge, "ModuleList")):
+        received = roundtrip(module)
+        assert type(received) is wire.Foreign and name in received.type_name
+
+
+def test_a_forged_module_state_is_refused():
+    with pytest.raises(wire.WireError, match="malformed"):
+        wire.decode({"kind": "module", "type": "TinyLM", "state": {"kind": "list", "items": []}})
+    with pytest.raises(wire.WireError, match="malformed"):
+        wire.decode({"kind": "module", "type": "TinyLM", "state": "weights"})
+
 def forged(tree: dict, data: bytes = b"") -> tuple[bytes, bytes]:
     text = json.dumps(tree).encode()
     return wire.HEADER.pack(len(text), len(data)), text + data

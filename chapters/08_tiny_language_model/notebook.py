@@ -30,25 +30,35 @@ from grader.catalog import COURSE_ROOT
 text = (COURSE_ROOT / "chapters" / "08_tiny_language_model" / "text.txt").read_text(encoding="utf-8")
 alphabet = sorted(set(text))
 ids = torch.tensor([alphabet.index(char) for char in text])  # (N,) one id a character
-losses = train(ids, len(alphabet), steps=200, seed=0)
+model, losses = train(ids, len(alphabet), steps=200, seed=0)
 print(len(losses), round(losses[0], 2), round(sum(losses[-10:]) / 10, 2))  # 200, about 3.5, about 1.8
+print(type(model).__name__)  # TinyLM: the model the loop trained
 
 # %% plot
 from IPython.display import SVG, display
 
 from grader.figures import heatmap_svg
 
-# What head 0 of a fresh model's first block looks at over the first 12
-# characters of the text, recomputed from your TinyLM's own weights: the
-# causal mask shows as the zeros above the diagonal. (train builds its own
-# model and does not return it; to see trained heads, copy its loop here.)
-torch.manual_seed(0)
-model = TinyLM(len(alphabet), 32, 2, 1, 32)
-window = ids[None, :12]  # (1, 12)
-block = model.blocks[0]
-h = block.ln1(model.tok_emb(window) + model.pos_emb(torch.arange(12)))  # (1, 12, D)
-q, k, _ = block.qkv(h).split(32, dim=-1)
-scores = q[0, :, :16] @ k[0, :, :16].T / 4  # head 0: (12, 12)
-weights = torch.softmax(scores.masked_fill(torch.ones(12, 12, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
-labels = [repr(char)[1:-1] for char in text[:12]]
-display(SVG(heatmap_svg(weights.tolist(), labels, labels, "head 0 of block 0 (untrained weights)")))
+
+def first_block_weights(model, window, num_heads=2):
+    """(H, T, T): what each head of the model's first block attends to over ``window`` (1, T),
+    recomputed from the block's own weights as its forward pass does."""
+    length = window.shape[1]
+    block = model.blocks[0]
+    with torch.no_grad():
+        x = block.ln1(model.tok_emb(window) + model.pos_emb(torch.arange(length)))  # (1, T, D)
+        q, k, _ = block.qkv(x).split(x.shape[-1], dim=-1)  # (1, T, D) each
+        q, k = (t[0].view(length, num_heads, -1).transpose(0, 1) for t in (q, k))  # (H, T, d)
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (H, T, T)
+        future = torch.ones(length, length, dtype=torch.bool).triu(1)
+        return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+
+
+# The trained model's heads over the first 14 characters of the text. Expect one head to
+# have become a previous-token head (chapter 3): its weight sits on the diagonal just below
+# the main one. The other spreads over the last few characters. Above the diagonal: the
+# causal mask's zeros.
+window = ids[None, :14]  # (1, 14)
+labels = ["␣" if char == " " else repr(char)[1:-1] for char in text[:14]]  # a space, made visible
+for head, weights in enumerate(first_block_weights(model, window)):
+    display(SVG(heatmap_svg(weights.tolist(), labels, labels, f"head {head} of block 0, after 200 steps")))

@@ -67,4 +67,13 @@ BUGS = (
              "looks like the loss tensors themselves are kept: append loss.item(), a Python float "
              "(a tensor keeps its whole graph alive)",
              "losses.append(loss.item())", "losses.append(loss)"),
+    KnownBug("train", "model-and-losses-swapped",
+             "looks like the losses come first: train returns (model, losses), the model first",
+             "return model, losses", "return losses, model"),
+    KnownBug("train", "fresh-model-returned",
+             "looks like the model returned is not the one the loop trained (a new TinyLM, or a "
+             "copy made before training): return the very model whose parameters the optimizer "
+             "stepped",
+             "return model, losses",
+             "return TinyLM(vocab_size, d_model, num_heads, num_layers, context), losses"),
 )

@@ -9,10 +9,12 @@ On a mismatch, known wrong implementations are run on the same inputs and a
 matching one's hint goes with the failure.
 
 ``train`` runs in the worker: 200 AdamW steps of the default small model on
-the chapter's ``text.txt`` (under a second on one CPU thread). The loss must
-fall from about ln(V) to below ``LEARNED``, and must not fall below
+the chapter's ``text.txt`` (about a second on one CPU thread). The loss
+must fall from about ln(V) to below ``LEARNED``, and must not fall below
 ``SEES_THE_ANSWER``, which only a model that can see the token it predicts
-reaches (no causal mask, or targets not shifted by one).
+reaches (no causal mask, or targets not shifted by one). The model ``train``
+returns comes back as its ``state_dict``; the student's ``TinyLM``, loaded
+with it, must not have the loss of an untrained model on the whole text.
 """
 
 import math
@@ -24,11 +26,13 @@ import torch.nn.functional as F
 from grader.bugs.ch08 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import case_ids, exercise, portability_check, portable, reference_module_call, run, run_module
-from grader.compare import expect_close, expect_true, fail, shape_text, unpack
+from grader.compare import describe, expect_close, expect_true, fail, shape_text, unpack
 from grader.module_calls import ModuleCall
+from grader.wire import ModuleState
 
 TEXT = COURSE_ROOT / "chapters" / find_chapter("ch08").folder / "text.txt"
 TRAIN_STEPS = 200
+TRAIN_CONTEXT, TRAIN_D_MODEL, TRAIN_HEADS = 32, 32, 2  # train's defaults, with one block
 LEARNED = 2.3  # the reference ends near 1.8 for every seed
 SEES_THE_ANSWER = 0.8  # a model that sees its target ends below 0.1
 # train's failures are judged from its losses, not by running the known bugs (each would
@@ -258,16 +262,36 @@ def _curve(losses: list[float]) -> str:
     return ", ".join(f"step {step}: {losses[step]:.2f}" for step in marks)
 
 
-def _losses(got, call: str, steps: int) -> list[float]:
-    if not isinstance(got, (list, tuple)) or len(got) != steps or \
-            not all(type(loss) is float for loss in got):
-        kinds = sorted({type(loss).__name__ for loss in got}) if isinstance(got, (list, tuple)) else []
-        fail(f"{call} returned {type(got).__name__}"
-             + (f" of {len(got)} {'/'.join(kinds)}" if isinstance(got, (list, tuple)) else "")
+def _trained(got, call: str, steps: int) -> tuple[ModuleState, list[float]]:
+    """``train``'s ``(model, losses)``, or a failure that says what came back instead."""
+    if isinstance(got, (list, tuple)) and len(got) == 2 and isinstance(got[1], ModuleState) and \
+            not isinstance(got[0], ModuleState):
+        fail(f"{call} returned ({describe(got[0])}, {describe(got[1])}); expected (model, losses), "
+             f"the model first", hint=HINTS["model-and-losses-swapped"])
+    if isinstance(got, (list, tuple)) and len(got) == steps and len(got) != 2:
+        fail(f"{call} returned {describe(got)}; expected a tuple (model, losses): the trained TinyLM "
+             f"and the list of losses")
+    model, losses = unpack(got, ("model", "losses"), call)
+    if not isinstance(model, ModuleState):
+        fail(f"{call} returned {describe(model)} as its model; expected the trained TinyLM (an nn.Module)")
+    if not isinstance(losses, (list, tuple)) or len(losses) != steps or \
+            not all(type(loss) is float for loss in losses):
+        kinds = sorted({type(loss).__name__ for loss in losses}) if isinstance(losses, (list, tuple)) else []
+        fail(f"{call} returned losses {describe(losses)}"
+             + (f" ({'/'.join(kinds)})" if kinds else "")
              + f"; expected a list of {steps} Python floats (loss.item() of each step)",
              hint=HINTS["loss-kept-as-tensor"] if any(isinstance(loss, torch.Tensor) for loss in
-                                                      (got if isinstance(got, (list, tuple)) else ())) else None)
-    return list(got)
+                                                      (losses if isinstance(losses, (list, tuple)) else ())) else None)
+    return model, list(losses)
+
+
+def _text_windows() -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole text cut into windows of train's default context: inputs and their next
+    tokens, ``(windows, context)`` each."""
+    tokens, _ = _text_tokens()
+    windows = (len(tokens) - 1) // TRAIN_CONTEXT
+    inputs = tokens[:windows * TRAIN_CONTEXT].view(windows, TRAIN_CONTEXT)
+    return inputs, tokens[1:windows * TRAIN_CONTEXT + 1].view(windows, TRAIN_CONTEXT)
 
 
 @exercise("train")
@@ -275,15 +299,16 @@ def test_train_returns_one_float_a_step_and_repeats_with_the_seed(submission):
     """returns one float a step, starting near ln(V), and the same losses for the same seed"""
     tokens, vocab_size = _text_tokens()
     got, call = run(submission, "train", tokens, vocab_size, 5, seed=3)
-    losses = _losses(got, call, 5)
+    _, losses = _trained(got, call, 5)
     start = math.log(vocab_size)
     if not abs(losses[0] - start) < 1.0:
         fail(f"{call}: the first loss is {losses[0]:.3f}; an untrained model guesses about uniformly, "
              f"a cross-entropy near ln({vocab_size}) = {start:.2f}")
     again, _ = run(submission, "train", tokens, vocab_size, 5, seed=3)
-    if _losses(again, call, 5) != losses:
+    _, losses_again = _trained(again, call, 5)
+    if losses_again != losses:
         fail(f"{call} gave {', '.join(f'{x:.4f}' for x in losses)} and then "
-             f"{', '.join(f'{x:.4f}' for x in again)}: call torch.manual_seed(seed) first, before "
+             f"{', '.join(f'{x:.4f}' for x in losses_again)}: call torch.manual_seed(seed) first, before "
              f"building the model and drawing the batches", hint=HINTS["not-seeded"])
 
 
@@ -292,7 +317,7 @@ def test_train_learns_the_text_without_seeing_the_answer(submission):
     """after 200 steps on text.txt the loss is below 2.3, and not near 0 (which only a model that sees its target reaches)"""
     tokens, vocab_size = _text_tokens()
     got, call = run(submission, "train", tokens, vocab_size, TRAIN_STEPS, seed=0)
-    losses = _losses(got, call, TRAIN_STEPS)
+    _, losses = _trained(got, call, TRAIN_STEPS)
     final = sum(losses[-10:]) / 10  # the mean of the last 10 steps: one batch is noisy
     if not math.isfinite(final) or final > LEARNED:
         # Gradients that pile up first help, then throw the weights about: the loss falls and
@@ -307,6 +332,34 @@ def test_train_learns_the_text_without_seeing_the_answer(submission):
              f"model of this text stays near 1.8 after {TRAIN_STEPS} steps); losses {_curve(losses)}. "
              f"Is the causal mask missing, or are the targets not the inputs shifted by one?",
              hint=HINTS["targets-not-shifted"])
+
+
+@exercise("train")
+def test_train_returns_the_model_it_trained(submission):
+    """returns the model it trained: on text.txt it does not have the loss of an untrained model"""
+    tokens, vocab_size = _text_tokens()
+    got, call = run(submission, "train", tokens, vocab_size, 10, seed=1)
+    model, losses = _trained(got, call, 10)
+    # The returned weights go into the student's own TinyLM, so that a bug of TinyLM's or
+    # of the block's is not blamed on train: only which model came back is judged here.
+    state = {key: value for key, value in model.state.items() if isinstance(value, torch.Tensor)}
+    init = {"vocab_size": vocab_size, "d_model": TRAIN_D_MODEL, "num_heads": TRAIN_HEADS, "num_layers": 1,
+            "context": TRAIN_CONTEXT}
+    windows, targets = _text_windows()
+    logits, model_call = run_module(submission, "TinyLM", ModuleCall(init_kwargs=init, state=state), windows)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (*windows.shape, vocab_size):
+        fail(f"{model_call} with the weights train returned gave {describe(logits)}; expected logits of "
+             f"shape {shape_text((*windows.shape, vocab_size))}")
+    loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), targets.reshape(-1)).item()
+    # Ten steps of AdamW at lr 1e-2 take the loss from about 3.6 to about 2.7, on a batch and
+    # on the whole text alike. A model that was not trained (a copy made before the loop, a
+    # new one) has about the loss training started from. One trained to do the wrong thing
+    # (targets not shifted) can do worse than that: the learning check judges those.
+    started, ended = losses[0], losses[-1]
+    if ended < started - 0.5 and abs(loss - started) < 0.4:
+        fail(f"{call}: the model returned has a loss of {loss:.3f} on text.txt, as an untrained one has, "
+             f"but training went from {started:.3f} to {ended:.3f}: return the model the loop trained, "
+             f"not a copy or a new one", hint=HINTS["fresh-model-returned"])
 
 
 # -- every exercise -----------------------------------------------------------------------
