@@ -35,6 +35,23 @@ class Largest(NamedTuple):
     numel: int
 
 
+class Reduction(NamedTuple):
+    """The widest reduction a call ran: ``op`` (an ATen name: ``amax``, ``sum``, ``bmm``...)
+    combined ``width`` entries of a tensor of shape ``shape`` into each result."""
+
+    op: str
+    width: int
+    shape: tuple[int, ...]
+
+
+class Footprint(NamedTuple):
+    """What a call held at once, as the worker measured it; None where it made no
+    tensor, or ran no reduction."""
+
+    largest: Largest | None
+    reduction: Reduction | None
+
+
 class Signature(NamedTuple):
     """Where a top-level function of the file is defined, and its parameters."""
 
@@ -142,7 +159,7 @@ class RemoteSubmission:
         return lambda *args, **kwargs: self.call(name, args, kwargs)
 
     def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None,
-             module: ModuleCall | None = None, portability: bool = False, largest: bool = False):
+             module: ModuleCall | None = None, portability: bool = False, measure: bool = False):
         """Run ``function(*args, **kwargs)`` in the exercise's worker.
 
         With ``grad`` (``{"wrt": [arg indices], "output": index or None,
@@ -157,9 +174,9 @@ class RemoteSubmission:
         and a ``CheckFailure`` of kind "device" says where code would fail,
         or answer on the CPU, on a GPU: on any machine.
 
-        With ``largest``, this returns ``(value, largest)``: the largest
-        tensor the call made, ``Largest(shape, numel)`` (by the bytes of its
-        storage, views not counted), or None when it made none.
+        With ``measure``, this returns ``(value, footprint)``: the largest
+        tensor the call made (by the bytes of its storage, views not counted)
+        and the most entries one reduction of it combined (``Footprint``).
         """
         self.load()
         text = self.call_text(function, args, kwargs, module)
@@ -184,7 +201,7 @@ class RemoteSubmission:
             "forbidden": self._forbidden(exercise),
             "device": self.device,
             "portability": portability,
-            "largest": largest,
+            "measure": measure,
             "grad": grad,
             "module": module.encode() if module is not None else None,
         }
@@ -199,8 +216,8 @@ class RemoteSubmission:
         value = self._read_answer(answer, function, text, args, kwargs, grad, module)
         if portability:
             _expect_portable(text, answer.get("portability"), self.submission.where)
-        if largest:
-            return value, _largest(text, answer.get("largest"))
+        if measure:
+            return value, _footprint(text, answer.get("footprint"))
         return value
 
     def call_text(self, function: str, args: tuple, kwargs: dict,
@@ -418,16 +435,25 @@ def _line_text(where: object, locate=_plain_line) -> str:
     return locate(where["line"]) + (f" ({code})" if code else "")
 
 
-def _largest(text: str, found: object) -> Largest | None:
-    """The worker's ``{"shape", "numel"}``, checked: it comes from a process running student code."""
-    if found is None:
-        return None
-    shape = found.get("shape") if isinstance(found, dict) else None
-    numel = found.get("numel") if isinstance(found, dict) else None
-    if (not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape)
-            or type(numel) is not int or numel < 0):
+def _footprint(text: str, found: object) -> Footprint:
+    """The worker's measurements, checked: they come from a process running student code."""
+    def sizes(value) -> bool:
+        return isinstance(value, list) and all(type(size) is int and size >= 0 for size in value)
+
+    def count(value) -> bool:
+        return type(value) is int and value >= 0
+
+    largest = found.get("largest") if isinstance(found, dict) else None
+    reduction = found.get("reduction") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or not (
+            largest is None or isinstance(largest, dict) and sizes(largest.get("shape"))
+            and count(largest.get("numel"))) or not (
+            reduction is None or isinstance(reduction, dict) and sizes(reduction.get("shape"))
+            and count(reduction.get("width")) and isinstance(reduction.get("op"), str)):
         raise CheckFailure(f"{text}: the worker sent back a malformed measurement", "protocol")
-    return Largest(tuple(shape), numel)
+    return Footprint(
+        Largest(tuple(largest["shape"]), largest["numel"]) if largest is not None else None,
+        Reduction(reduction["op"], reduction["width"], tuple(reduction["shape"])) if reduction is not None else None)
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:

@@ -109,25 +109,81 @@ class _ForbiddenKernels(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any ATen op of the call makes: what a
-    memory-efficient exercise must keep small (never the ``(L, S)`` scores).
+# ATen ops that combine many entries of a tensor along dimensions (their ``dim`` argument,
+# or all of them): how many a single call combines is how much of a row the code holds at
+# once. Scans and sorts count too: they read the whole dimension.
+_REDUCTIONS = frozenset({
+    "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::argmax", "aten::argmin",
+    "aten::sum", "aten::nansum", "aten::mean", "aten::prod", "aten::logsumexp", "aten::var",
+    "aten::std", "aten::linalg_vector_norm", "aten::norm", "aten::_softmax", "aten::_log_softmax",
+    "aten::cumsum", "aten::cumprod", "aten::cummax", "aten::cummin", "aten::logcumsumexp",
+    "aten::sort", "aten::topk", "aten::kthvalue", "aten::median",
+})
+# Matrix products sum over one dimension too: the index of the operand whose last
+# dimension is summed (``addmm(bias, a, b)`` sums over a's).
+_CONTRACTIONS = {"aten::mm": 0, "aten::bmm": 0, "aten::mv": 0, "aten::dot": 0, "aten::addmm": 1,
+                 "aten::baddbmm": 1, "aten::addmv": 1, "aten::addbmm": 1}
 
-    Ops whose results alias an input are left out: views (``expand``, a
-    transpose) and in-place or ``out=`` ops return memory that was counted
-    when it was made. Tensors are sized by the bytes of their storage.
+
+def _reduced_width(func, args: tuple, kwargs: dict) -> int | None:
+    """How many entries one output of this ATen call combines, or None for an op that
+    combines none (elementwise ops, ``max(a, b)``, views...)."""
+    name = func._schema.name
+    if name in _CONTRACTIONS:
+        operand = args[_CONTRACTIONS[name]] if len(args) > _CONTRACTIONS[name] else None
+        return int(operand.shape[-1]) if isinstance(operand, torch.Tensor) and operand.dim() else None
+    if name not in _REDUCTIONS or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    if any(isinstance(arg, torch.Tensor) for arg in args[1:]):
+        return None  # aten::max.other and the like: elementwise between two tensors
+    shape = args[0].shape
+    arguments = {argument.name: (index, argument) for index, argument in enumerate(func._schema.arguments)}
+    dim = None
+    if "dim" in kwargs:
+        dim = kwargs["dim"]
+    elif "dim" in arguments:
+        index, argument = arguments["dim"]
+        # Arguments left at their defaults may not be passed: sort's and topk's dim is -1.
+        dim = args[index] if index < len(args) else argument.default_value
+    if dim is None or dim == []:  # no dim: every entry
+        return int(args[0].numel())
+    width = 1
+    for axis in ([dim] if isinstance(dim, int) else dim):
+        width *= int(shape[axis]) if shape else 1
+    return width
+
+
+class _Footprint(TorchDispatchMode):
+    """Records what a memory-efficient exercise must keep small: the largest
+    tensor any ATen op of the call makes (never the ``(L, S)`` scores), and
+    the widest reduction, how many entries one max, sum or matrix product
+    combines (one block of a row, not the whole row).
+
+    Ops whose results alias an input are left out of the sizes: views
+    (``expand``, a transpose) and in-place or ``out=`` ops return memory that
+    was counted when it was made. Tensors are sized by the bytes of their
+    storage.
     """
 
     def __init__(self):
         super().__init__()
         self.largest: dict | None = None  # {"shape": [...], "numel": n, "bytes": b}
+        self.widest: dict | None = None  # {"op": "amax", "width": n, "shape": [...]}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         return False  # as _ForbiddenKernels: no torch._dynamo import in the worker
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        try:
+            width = _reduced_width(func, args, kwargs)
+        except Exception:  # an odd call of the student's is not the grader's to fail
+            width = None
+        if width is not None and (self.widest is None or width > self.widest["width"]):
+            self.widest = {"op": func._schema.name.removeprefix("aten::"), "width": width,
+                           "shape": list(args[_CONTRACTIONS.get(func._schema.name, 0)].shape)}
         if any(returned.alias_info is not None for returned in func._schema.returns):
             return result
         for output in _flatten(result):
@@ -405,7 +461,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
 
     A request with ``"portability"`` also follows the call's tensors
     (``_DeviceTracker``) and answers what would go wrong on a GPU; one with
-    ``"largest"`` answers the largest tensor the call made (``_LargestTensor``).
+    ``"measure"`` answers the largest tensor the call made and its widest
+    reduction (``_Footprint``).
     """
     filename = module.__file__
     while True:
@@ -427,7 +484,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         mode = _ForbiddenCalls(banned) if banned else None
         below = _ForbiddenKernels(kernels) if kernels else None
         tracker = _DeviceTracker(filename) if request.get("portability") else None
-        measure = _LargestTensor() if request.get("largest") else None
+        measure = _Footprint() if request.get("measure") else None
         try:
             recipe = request.get("module")
             recipe = ModuleCall.decode(recipe) if recipe is not None else None
@@ -446,7 +503,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             if tracker is not None:
                 answer["portability"] = tracker.problem(result)
             if measure is not None:
-                answer["largest"] = measure.largest
+                answer["footprint"] = {"largest": measure.largest, "reduction": measure.widest}
             if grad:
                 answer["grads"] = _gradients(result, args, grad)
         except BaseException as error:

@@ -17,8 +17,10 @@ Conventions used in every exercise of this chapter:
   ``i + S - L`` and sees keys ``0 .. i + S - L``. A query with no key to see
   (``L > S``) gets a zero output.
 * Memory is the point: ``tiled_attention`` never builds the ``(L, S)`` score
-  matrix (nor an ``(L, S)`` mask), only ``(L, block_size)`` pieces of it.
-  The grader measures the largest tensor your code makes.
+  matrix (nor an ``(L, S)`` mask), only ``(L, block_size)`` pieces of it,
+  and ``online_softmax`` takes no max or sum over more than one block of a
+  row. The grader measures the largest tensor your code makes and the most
+  numbers one max, sum or matrix product combines.
 
 You may not call ``torch.softmax`` (or its relatives) nor
 ``F.scaled_dot_product_attention``: this chapter is how they can be written.

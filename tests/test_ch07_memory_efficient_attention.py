@@ -1,9 +1,10 @@
 """Chapter 7 (memory-efficient attention): the reference scores full marks and the stub zero;
 correct code written otherwise (a split of the keys, a query-tiled loop) passes; naive
 attention, which builds the (L, S) scores or an (L, S) mask, gets the right numbers and
-fails the memory check alone, with the tensor's shape in the message; the worker's
-measurement of the largest tensor leaves views out; and the lesson's numbers are the
-reference's."""
+fails the memory check alone, with the tensor's shape in the message; a softmax that takes
+its max and sum over whole rows fails the online check alone; the worker's measurement of
+the largest tensor leaves views out, and its widest reduction counts what one max, sum or
+matrix product combines; and the lesson's numbers are the reference's."""
 
 import importlib.util
 
@@ -12,13 +13,16 @@ import torch
 import torch.nn.functional as F
 
 from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from grader.bugs.ch07 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.sandbox import _LargestTensor
+from grader.known_bugs import apply_bug
+from grader.sandbox import _Footprint
 
 CH07 = find_chapter("ch07")
 SOLUTION = solution_source(CH07)
 LESSON = COURSE_ROOT / "chapters" / CH07.folder
 MEMORY_CHECK = "at T = 2048 with blocks of 128, makes no tensor larger than (L, block) pieces: never (L, S)"
+ONLINE_CHECK = "takes each max and sum over one block of a row, never over the whole row at once"
 
 
 def _load(path, name: str):
@@ -128,11 +132,11 @@ def test_a_whole_causal_mask_fails_the_causal_memory_check_only(grade_source):
 
 def test_the_largest_tensor_leaves_views_out():
     x = torch.randn(4, 1)
-    with _LargestTensor() as measure:
+    with _Footprint() as measure:
         x.expand(4, 1000)  # a view: no new memory
         y = x * 2
     assert measure.largest == {"shape": [4, 1], "numel": 4, "bytes": 16}
-    with _LargestTensor() as measure:
+    with _Footprint() as measure:
         x.expand(4, 1000).contiguous()
     assert measure.largest["shape"] == [4, 1000]
     del y
@@ -140,12 +144,50 @@ def test_the_largest_tensor_leaves_views_out():
 
 @pytest.mark.parametrize("length, keys, block_size", [(6, 10, 3), (10, 10, 4), (12, 10, 3)])
 def test_the_reference_keeps_to_its_blocks(length, keys, block_size):
-    tiled = _reference().tiled_attention
+    reference = _reference()
     q, k, v = torch.randn(2, length, 4), torch.randn(2, keys, 4), torch.randn(2, keys, 4)
     for causal in (False, True):
-        with _LargestTensor() as measure:
-            tiled(q, k, v, block_size, causal=causal)
+        with _Footprint() as measure:
+            reference.tiled_attention(q, k, v, block_size, causal=causal)
         assert measure.largest["numel"] <= 2 * length * max(block_size, 4)
+        assert measure.widest["width"] <= max(block_size, 4)  # a block of keys, or the features
+    with _Footprint() as measure:
+        reference.online_softmax(torch.randn(3, keys), block_size)
+    assert measure.widest["width"] == block_size
+
+
+@pytest.mark.parametrize("call, op, width", [
+    (lambda x: x.amax(dim=-1), "amax", 1000),
+    (lambda x: x[:, :64].sum(dim=-1, keepdim=True), "sum", 64),
+    (lambda x: x.max(), "max", 4000),  # no dim: every entry
+    (lambda x: x.sort(), "sort", 1000),  # dim left at its default, -1
+    (lambda x: torch.logsumexp(x, dim=0), "logsumexp", 4),
+    (lambda x: x @ torch.ones(1000), "mv", 1000),  # a matrix product sums too
+    (lambda x: torch.einsum("ij,kj->ik", x, x), "bmm", 1000),
+])
+def test_the_widest_reduction_counts_what_one_result_combines(call, op, width):
+    with _Footprint() as measure:
+        call(torch.randn(4, 1000))
+    assert (measure.widest["op"], measure.widest["width"]) == (op, width)
+
+
+def test_elementwise_work_and_views_are_no_reduction():
+    x = torch.randn(4, 1000)
+    with _Footprint() as measure:
+        torch.maximum(x[:, 0], x[:, 1])
+        torch.max(x[:, 0], x[:, 1])  # aten::max.other, elementwise despite its name
+        torch.exp(x - 1).div(3).transpose(0, 1)
+    assert measure.widest is None
+
+
+def test_a_softmax_over_whole_rows_fails_the_online_check_alone(grade_source):
+    bug = next(bug for bug in BUGS if bug.name == "whole-row-at-once")
+    report = grade_source(apply_bug(SOLUTION, bug), chapter="ch07")
+    failed = result_of(report, "online_softmax").failed_checks
+    assert [check.check for check in failed] == [ONLINE_CHECK]
+    assert "ran a max (amax) over 1,000 numbers at once (of a (4, 1000) tensor)" in failed[0].message
+    assert "read one block of 64 at a time" in failed[0].message and failed[0].hint == bug.hint
+    assert statuses(report)["tiled_attention"] == statuses(report)["merge_attention"] == "passed"
 
 
 def test_the_reference_is_pytorchs_attention_with_chapter_4s_mask():

@@ -59,10 +59,11 @@ def expect_portable(submission, name: str, *args, module: ModuleCall | None = No
 
 
 def run_measured(submission, name: str, *args, **kwargs):
-    """``(answer, largest, call)``: the submission's answer, the largest tensor
-    the call made (``remote.Largest(shape, numel)``, or None) and the call's text."""
-    value, largest = submission.call(name, args, kwargs, largest=True)
-    return value, largest, submission.call_text(name, args, kwargs)
+    """``(answer, footprint, call)``: the submission's answer, what the call
+    held at once (``remote.Footprint``: its largest tensor and its widest
+    reduction) and the call's text."""
+    value, footprint = submission.call(name, args, kwargs, measure=True)
+    return value, footprint, submission.call_text(name, args, kwargs)
 
 
 def portable(name: str, make_args):

@@ -9,10 +9,12 @@ key lengths, batch dimensions and logits large enough to overflow ``exp``
 without the running max. On a mismatch, known wrong implementations are run
 on the same inputs and a matching one's hint goes with the failure.
 
-The memory check is the chapter's point: ``tiled_attention`` runs at
+The memory checks are the chapter's point: ``tiled_attention`` runs at
 T = 2048 while the worker records the largest tensor any operation of the
-call makes (``RemoteSubmission.call(..., largest=True)``); an ``(L, S)``
-score matrix, or an ``(L, S)`` mask, fails with its shape.
+call makes (``RemoteSubmission.call(..., measure=True)``); an ``(L, S)``
+score matrix, or an ``(L, S)`` mask, fails with its shape. ``online_softmax``
+returns a tensor as wide as its input, so what it must keep small is its
+reductions: no max or sum may combine more than one block of a row.
 """
 
 import math
@@ -26,6 +28,11 @@ from grader.checks import case_ids, exercise, portability_check, portable, run, 
 from grader.compare import expect_close, fail, shape_text, unpack
 
 WHOLE_MATRIX_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-score-matrix")
+WHOLE_ROW_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-row-at-once")
+# ATen's names of the reductions a student writes most, as the student wrote them.
+_OPERATIONS = {"amax": "a max (amax)", "max": "a max", "sum": "a sum", "logsumexp": "logsumexp",
+               "_softmax": "softmax", "mv": "a matrix product", "mm": "a matrix product",
+               "bmm": "a matrix product"}
 
 
 def _bottom_right(num_queries: int, num_keys: int) -> torch.Tensor:
@@ -93,6 +100,19 @@ def test_online_softmax_large_logits(submission, bugs, inputs):
     got, call = run(submission, "online_softmax", x, 4)
     expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, 4),
                  reference="torch.softmax(x, dim=-1)")
+
+
+@exercise("online_softmax")
+def test_online_softmax_reads_one_block_at_a_time(submission, inputs):
+    """takes each max and sum over one block of a row, never over the whole row at once"""
+    x, block_size = inputs.randn(4, 1000), 64
+    got, footprint, call = run_measured(submission, "online_softmax", x, block_size)
+    widest = footprint.reduction
+    if widest is not None and widest.width > block_size:
+        fail(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
+             f"(of a {shape_text(widest.shape)} tensor); the running max and sum read one block of "
+             f"{block_size} at a time", hint=WHOLE_ROW_HINT)
+    expect_close(got, torch.softmax(x, dim=-1), call, reference="torch.softmax(x, dim=-1)")
 
 
 # -- tiled_attention -----------------------------------------------------------------------
@@ -165,7 +185,8 @@ def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
     """at T = 2048 with blocks of 128, makes no tensor larger than (L, block) pieces: never (L, S)"""
     length, block_size = 2048, 128
     q, k, v = (inputs.randn(1, length, 16) for _ in range(3))
-    got, largest, call = run_measured(submission, "tiled_attention", q, k, v, block_size, causal=causal)
+    got, footprint, call = run_measured(submission, "tiled_attention", q, k, v, block_size, causal=causal)
+    largest = footprint.largest
     budget = 2 * length * block_size  # an (L, block) piece, with room to spare
     if largest is not None and largest.numel > budget:
         fail(f"{call} built a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); tiled "
