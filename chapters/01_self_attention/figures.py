@@ -1,32 +1,20 @@
 """Draws the figures of chapter 1 (run by ``mha-course build``).
 
-Six tokens with hand-made 4-dimensional embeddings (no randomness, so the
-figures are the same on every machine), attended with identity projections:
+Six tokens with hand-made 4-dimensional embeddings (``TOKENS`` and
+``EMBEDDINGS`` of ``grader.figures``, shared with chapter 4; no randomness,
+so the figures are the same on every machine), attended with identity
+projections:
 ``weights = softmax(x x^T / sqrt(4))``, once without a mask and once with a
 causal mask.
 """
 
 import torch
 
-from grader.figures import heatmap_svg
-
-TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
-# Features: [article, noun, verb/preposition, "animal-ness"]. Both "the"
-# tokens share one embedding, so without positions they attend identically.
-EMBEDDINGS = torch.tensor(
-    [
-        [2.0, 0.0, 0.0, 0.0],  # the
-        [0.0, 2.0, 0.0, 1.5],  # cat
-        [0.0, 0.5, 2.0, 1.0],  # sat
-        [0.5, 0.0, 1.5, 0.0],  # on
-        [2.0, 0.0, 0.0, 0.0],  # the
-        [0.0, 2.0, 0.0, 0.0],  # mat
-    ]
-)
+from grader.figures import EMBEDDINGS, TOKENS, heatmap_svg
 
 
 def _weights(mask: torch.Tensor | None) -> torch.Tensor:
-    x = EMBEDDINGS  # (T, d) = (6, 4)
+    x = torch.tensor(EMBEDDINGS)  # (T, d) = (6, 4)
     scores = x @ x.T / x.shape[-1] ** 0.5  # (T, T)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))

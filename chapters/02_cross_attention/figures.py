@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape
 
 import torch
 
-from grader.figures import CELL, FONT, heatmap_svg
+from grader.figures import CELL, heatmap_svg, svg_document
 
 REAL = "#c6dbef"  # a real token, or a pair that may attend
 PADDING = "#d9d9d9"  # a padded token, or a pair that is hidden
@@ -32,9 +32,6 @@ def padded_batch_svg() -> str:
     left, top = 150, 78
     width, height = left + keys * WIDE + 20, top + batch * CELL + 60
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>",
-        f"<rect width='{width}' height='{height}' fill='white'/>",
         f"<text x='{width / 2}' y='20' text-anchor='middle' font-size='14' font-weight='bold'>"
         f"a padded batch: lengths = {tuple(lengths)}, S = {keys}</text>",
         f"<text x='{left + keys * WIDE / 2}' y='46' text-anchor='middle' fill='{INK}'>"
@@ -61,8 +58,7 @@ def padded_batch_svg() -> str:
             )
     parts.append(f"<text x='16' y='{height - 14}' fill='{INK}'>blue: real tokens "
                  "(padding_mask is True); grey: padding (False)</text>")
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+    return svg_document(width, height, parts)
 
 
 # -- one mask, three conventions -----------------------------------------------------
@@ -84,9 +80,6 @@ def conventions_svg() -> str:
     width = left + len(CONVENTION_PANELS) * panel + (len(CONVENTION_PANELS) - 1) * gap + 20
     height = top + rows * CELL + 50
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>",
-        f"<rect width='{width}' height='{height}' fill='white'/>",
         f"<text x='{width / 2}' y='20' text-anchor='middle' font-size='14' font-weight='bold'>"
         "one mask, three conventions (3 queries, 4 keys)</text>",
     ]
@@ -114,8 +107,7 @@ def conventions_svg() -> str:
                 )
     parts.append(f"<text x='{left}' y='{height - 16}' fill='{INK}'>blue: the query may attend "
                  "to the key; grey: the key is hidden (k3 is padding)</text>")
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+    return svg_document(width, height, parts)
 
 
 # -- cross-attention weights ---------------------------------------------------------

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape
 
 import torch
 
-from grader.figures import FONT
+from grader.figures import blue, svg_document
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 # One light fill and one dark ink per head: blue, orange, green.
@@ -26,15 +26,11 @@ HEAD_INKS = ["#08519c", "#a63603", "#006d2c"]
 
 def _text(x: float, y: float, text: str, size: int = 12, anchor: str = "middle",
           fill: str = "black", weight: str = "normal") -> str:
+    """One line of words at ``(x, y)``. Not ``grader.figures.text``: this
+    chapter's figures were drawn with whole-pixel ``:g`` numbers and every
+    attribute written out, and they must stay byte for byte as they are."""
     return (f"<text x='{x:g}' y='{y:g}' font-size='{size}' text-anchor='{anchor}' fill='{fill}' "
             f"font-weight='{weight}'>{escape(text)}</text>")
-
-
-def _svg(width: int, height: int, parts: list[str]) -> str:
-    head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>")
-    return "\n".join([head, f"<rect width='{width}' height='{height}' fill='white'/>", *parts,
-                      "</svg>"]) + "\n"
 
 
 # -- split_heads.svg ---------------------------------------------------------------
@@ -92,7 +88,7 @@ def split_heads_svg() -> str:
                           "reshape to (T, H, d), then transpose(-3, -2): row t of every head is token t")
     parts += _heads_panel(16, 384, wrong, "wrong: x.reshape(3, 4, 2), no transpose",
                           "same shape, but head 0 holds tokens 0 and 1, and its rows mix features")
-    return _svg(480, 536, parts)
+    return svg_document(480, 536, parts)
 
 
 # -- head_patterns.svg -------------------------------------------------------------
@@ -124,13 +120,6 @@ def head_weights() -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
 
 
-def _blue(weight: float) -> str:
-    """White for 0, deep blue for 1."""
-    low, high = (247, 251, 255), (8, 48, 107)
-    red, green, blue = (round(a + (b - a) * min(max(weight, 0.0), 1.0)) for a, b in zip(low, high))
-    return f"#{red:02x}{green:02x}{blue:02x}"
-
-
 def head_patterns_svg() -> str:
     """One small heatmap per head, masked cells grey."""
     weights = head_weights()
@@ -159,9 +148,9 @@ def head_patterns_svg() -> str:
                 weight = float(weights[h, i, j])
                 ink = "white" if weight > 0.5 else "black"
                 parts.append(f"<rect x='{x}' y='{y}' width='{cell}' height='{cell}' "
-                             f"fill='{_blue(weight)}' stroke='white'/>"
+                             f"fill='{blue(weight)}' stroke='white'/>"
                              + _text(x + cell / 2, y + cell / 2 + 4, f"{weight:.2f}", 9, fill=ink))
-    return _svg(width, top + size * cell + 16, parts)
+    return svg_document(width, top + size * cell + 16, parts)
 
 
 def figures() -> dict[str, str]:

@@ -14,21 +14,10 @@ from xml.sax.saxutils import escape
 
 import torch
 
-from grader.figures import CELL, FONT, LABEL
-
-TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
-# The hand-made embeddings of chapter 1's figures, so that the weights here
-# are the ones the student has already seen (identity projections, d = 4).
-EMBEDDINGS = torch.tensor(
-    [
-        [2.0, 0.0, 0.0, 0.0],  # the
-        [0.0, 2.0, 0.0, 1.5],  # cat
-        [0.0, 0.5, 2.0, 1.0],  # sat
-        [0.5, 0.0, 1.5, 0.0],  # on
-        [2.0, 0.0, 0.0, 0.0],  # the
-        [0.0, 2.0, 0.0, 0.0],  # mat
-    ]
-)
+# TOKENS and EMBEDDINGS are the sentence of chapter 1's figures, so that the
+# weights here are the ones the student has already seen (identity
+# projections, d = 4).
+from grader.figures import CELL, EMBEDDINGS, LABEL, TOKENS, blue, masked_cell, svg_document
 
 ALLOWED = "#6baed6"  # a key the query may attend to
 NEW = "#fd8d3c"  # the new token's query, key and value
@@ -43,19 +32,16 @@ def _causal(num_queries: int, num_keys: int, bottom_right: bool = True) -> torch
 
 
 def _text(x: float, y: float, text: str, anchor: str = "middle", **attributes: str) -> str:
+    """One line of words at ``(x, y)`` with any further attributes
+    (``font_size="13"`` writes ``font-size='13'``). Not ``grader.figures.text``:
+    this chapter's figures were drawn with ``:g`` numbers and only the
+    attributes asked for, and they must stay byte for byte as they are."""
     extra = "".join(f" {key.replace('_', '-')}='{value}'" for key, value in attributes.items())
     return f"<text x='{x:g}' y='{y:g}' text-anchor='{anchor}'{extra}>{escape(text)}</text>"
 
 
 def _box(x: float, y: float, fill: str, width: float = CELL, height: float = CELL) -> str:
     return f"<rect x='{x:g}' y='{y:g}' width='{width:g}' height='{height:g}' fill='{fill}' stroke='white'/>"
-
-
-def _blocked(x: float, y: float) -> str:
-    """A grey crossed cell, as the masked cells of chapter 1's heatmaps."""
-    return (_box(x, y, CACHED)
-            + f"<path d='M{x + 14:g} {y + 14:g}L{x + CELL - 14:g} {y + CELL - 14:g}"
-              f"M{x + CELL - 14:g} {y + 14:g}L{x + 14:g} {y + CELL - 14:g}' stroke='#999'/>")
 
 
 def _mask_panel(mask: torch.Tensor, left: float, top: float, title: str, row_labels: list[str],
@@ -72,17 +58,8 @@ def _mask_panel(mask: torch.Tensor, left: float, top: float, title: str, row_lab
         parts.append(_text(left + LABEL - 8, grid_top + i * CELL + CELL / 2 + 4, label, anchor="end"))
         for j in range(columns):
             x, y = left + LABEL + j * CELL, grid_top + i * CELL
-            parts.append(_box(x, y, ALLOWED) if mask[i, j] else _blocked(x, y))
+            parts.append(_box(x, y, ALLOWED) if mask[i, j] else masked_cell(x, y))
     return parts
-
-
-def _svg(width: float, height: float, parts: list[str]) -> str:
-    head = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:g}' height='{height:g}' "
-        f"viewBox='0 0 {width:g} {height:g}' {FONT} font-size='12'>",
-        f"<rect width='{width:g}' height='{height:g}' fill='white'/>",
-    ]
-    return "\n".join(head + parts + ["</svg>"]) + "\n"
 
 
 def _legend(x: float, y: float) -> list[str]:
@@ -102,7 +79,7 @@ def causal_mask_svg() -> str:
     parts += _legend(LABEL, height - 12)
     parts.append(_text(14, 66 + size * CELL / 2, "queries", fill=INK,
                        transform=f"rotate(-90 14 {66 + size * CELL / 2:g})"))
-    return _svg(max(LABEL + size * CELL + 16, 440), height, parts)
+    return svg_document(max(LABEL + size * CELL + 16, 440), height, parts)
 
 
 def alignment_svg() -> str:
@@ -126,12 +103,12 @@ def alignment_svg() -> str:
             parts.append(_text((x0 + x1) / 2, grid_bottom + 27, label, fill=INK))
     height = 66 + queries * CELL + 68
     parts += _legend(56 + LABEL, height - 12)
-    return _svg(56 + 2 * panel + 30, height, parts)
+    return svg_document(56 + 2 * panel + 30, height, parts)
 
 
 def _step_weights() -> torch.Tensor:
     """The last token's weights over all six keys: one row of causal attention."""
-    x = EMBEDDINGS  # (T, d) = (6, 4)
+    x = torch.tensor(EMBEDDINGS)  # (T, d) = (6, 4)
     scores = x[-1:] @ x.T / x.shape[-1] ** 0.5  # (1, T): the new query against every key
     return torch.softmax(scores, dim=-1)[0]  # (T,)
 
@@ -154,9 +131,7 @@ def kv_cache_step_svg() -> str:
             x = left + j * CELL
             if letter is None:  # the weights: blue with the number, as in chapter 1
                 weight = float(weights[j])
-                shade = round(247 - (247 - 8) * weight), round(251 - (251 - 48) * weight), \
-                    round(255 - (255 - 107) * weight)
-                parts.append(_box(x, y, "#{:02x}{:02x}{:02x}".format(*shade)))
+                parts.append(_box(x, y, blue(weight)))
                 parts.append(_text(x + CELL / 2, y + CELL / 2 + 4, f"{weight:.2f}",
                                    fill="white" if weight > 0.5 else "black"))
             else:
@@ -185,7 +160,7 @@ def kv_cache_step_svg() -> str:
     width = left + size * CELL + 150
     defs = ("<defs><marker id='arrow' markerWidth='8' markerHeight='8' refX='7' refY='4' "
             f"orient='auto'><path d='M0 0L8 4L0 8z' fill='{INK}'/></marker></defs>")
-    return _svg(width, bottom + 56 + len(notes) * 18, [defs, *parts])
+    return svg_document(width, bottom + 56 + len(notes) * 18, [defs, *parts])
 
 
 def figures() -> dict[str, str]:

@@ -16,32 +16,13 @@ import of the reference solution, which students do not receive):
 """
 
 import math
-from xml.sax.saxutils import escape
 
 import torch
 
-from grader.figures import CELL, FONT, LABEL
+from grader.figures import CELL, LABEL, MUTED, line, svg_document, text, vertical_text
 
-TEXT = "#222"
-MUTED = "#666"
 # One colour a pair of features (k = 0 .. 3), used by every figure.
 PAIR_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
-
-
-def _svg(width: float, height: float, body: list[str]) -> str:
-    head = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>",
-        f"<rect width='{width}' height='{height}' fill='white'/>",
-    ]
-    return "\n".join(head + body + ["</svg>"]) + "\n"
-
-
-def _text(x: float, y: float, words: str, anchor: str = "middle", size: int = 12,
-          colour: str = TEXT, bold: bool = False) -> str:
-    weight = " font-weight='bold'" if bold else ""
-    return (f"<text x='{x:.1f}' y='{y:.1f}' text-anchor='{anchor}' font-size='{size}' "
-            f"fill='{colour}'{weight}>{escape(words)}</text>")
 
 
 def _arrow(x0: float, y0: float, x1: float, y1: float, colour: str, width: float = 2.0) -> str:
@@ -50,10 +31,9 @@ def _arrow(x0: float, y0: float, x1: float, y1: float, colour: str, width: float
     head = 9
     left = (x1 - head * math.cos(angle - 0.4), y1 - head * math.sin(angle - 0.4))
     right = (x1 - head * math.cos(angle + 0.4), y1 - head * math.sin(angle + 0.4))
-    return (f"<line x1='{x0:.1f}' y1='{y0:.1f}' x2='{x1:.1f}' y2='{y1:.1f}' stroke='{colour}' "
-            f"stroke-width='{width}'/>"
-            f"<path d='M{x1:.1f} {y1:.1f}L{left[0]:.1f} {left[1]:.1f}L{right[0]:.1f} {right[1]:.1f}Z' "
-            f"fill='{colour}'/>")
+    return (line(x0, y0, x1, y1, colour, width)
+            + f"<path d='M{x1:.1f} {y1:.1f}L{left[0]:.1f} {left[1]:.1f}L{right[0]:.1f} {right[1]:.1f}Z' "
+              f"fill='{colour}'/>")
 
 
 # -- rotation.svg -------------------------------------------------------------------------
@@ -62,15 +42,15 @@ def _arrow(x0: float, y0: float, x1: float, y1: float, colour: str, width: float
 def _rotation_panel(centre_x: float, centre_y: float, radius: float, frequency: float,
                     title: str, colour: str) -> list[str]:
     parts = [
-        _text(centre_x, centre_y - radius - 34, title, bold=True),
+        text(centre_x, centre_y - radius - 34, title, bold=True),
         f"<circle cx='{centre_x}' cy='{centre_y}' r='{radius}' fill='none' stroke='#ccc' "
         "stroke-dasharray='4 3'/>",
         f"<line x1='{centre_x - radius - 12}' y1='{centre_y}' x2='{centre_x + radius + 12}' "
         f"y2='{centre_y}' stroke='#ddd'/>",
         f"<line x1='{centre_x}' y1='{centre_y - radius - 12}' x2='{centre_x}' "
         f"y2='{centre_y + radius + 12}' stroke='#ddd'/>",
-        _text(centre_x + radius + 8, centre_y + 20, "x[2k]", anchor="start", colour=MUTED),
-        _text(centre_x, centre_y - radius - 16, "x[2k+1]", colour=MUTED),
+        text(centre_x + radius + 8, centre_y + 20, "x[2k]", anchor="start", colour=MUTED),
+        text(centre_x, centre_y - radius - 16, "x[2k+1]", colour=MUTED),
     ]
     for position in range(6):
         angle = position * frequency  # radians; SVG's y axis points down, hence the minus below
@@ -82,21 +62,21 @@ def _rotation_panel(centre_x: float, centre_y: float, radius: float, frequency: 
         label_y = centre_y - (radius + 14) * math.sin(angle) + 4
         if frequency < 0.5:  # the arrows of a slow pair bunch together: stack their labels instead
             label_x, label_y = centre_x + radius + 16, centre_y - 12 - 13 * position
-        parts.append(_text(label_x, label_y, f"m={position}", size=11,
-                           anchor="start" if frequency < 0.5 else "middle"))
-    parts.append(_text(centre_x, centre_y + radius + 34,
-                       f"angle = m × {frequency:g} rad", colour=MUTED))
+        parts.append(text(label_x, label_y, f"m={position}", size=11,
+                          anchor="start" if frequency < 0.5 else "middle"))
+    parts.append(text(centre_x, centre_y + radius + 34,
+                      f"angle = m × {frequency:g} rad", colour=MUTED))
     return parts
 
 
 def rotation_svg() -> str:
     width, height = 760, 380
-    body = [_text(width / 2, 22, "RoPE turns each pair of features by an angle that grows with the "
-                  "position m", size=14, bold=True)]
+    body = [text(width / 2, 22, "RoPE turns each pair of features by an angle that grows with the "
+                 "position m", size=14, bold=True)]
     body += _rotation_panel(190, 200, 110, 1.0, "pair k = 0: 1 radian per position", PAIR_COLOURS[0])
     body += _rotation_panel(560, 200, 110, 0.1, "pair k = 1 of d = 8: 0.1 radian per position",
                             PAIR_COLOURS[1])
-    return _svg(width, height, body)
+    return svg_document(width, height, body)
 
 
 # -- frequencies.svg ------------------------------------------------------------------------
@@ -116,30 +96,29 @@ def frequencies_svg() -> str:
         return top + plot_h * (-math.log10(value)) / -lowest
 
     body = [
-        _text(width / 2, 24, f"Frequency of each pair k: theta^(-2k/d), d = {head_dim}", size=14, bold=True),
+        text(width / 2, 24, f"Frequency of each pair k: theta^(-2k/d), d = {head_dim}", size=14, bold=True),
         f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='none' stroke='#bbb'/>",
     ]
     for exponent in range(0, lowest - 1, -1):
         y = y_of(10.0 ** exponent)
         body.append(f"<line x1='{left}' y1='{y:.1f}' x2='{left + plot_w}' y2='{y:.1f}' stroke='#eee'/>")
-        body.append(_text(left - 8, y + 4, "1" if exponent == 0 else f"1e{exponent}", anchor="end"))
+        body.append(text(left - 8, y + 4, "1" if exponent == 0 else f"1e{exponent}", anchor="end"))
     for k in range(0, pairs, 4):
-        body.append(_text(x_of(k), top + plot_h + 18, str(k)))
-    body.append(_text(left + plot_w / 2, top + plot_h + 40, "pair k (features 2k and 2k+1)", colour=MUTED))
-    body.append(f"<text x='22' y='{top + plot_h / 2}' text-anchor='middle' fill='{MUTED}' "
-                f"transform='rotate(-90 22 {top + plot_h / 2})'>radians per position (log scale)</text>")
+        body.append(text(x_of(k), top + plot_h + 18, str(k)))
+    body.append(text(left + plot_w / 2, top + plot_h + 40, "pair k (features 2k and 2k+1)", colour=MUTED))
+    body.append(vertical_text(22, top + plot_h / 2, "radians per position (log scale)"))
     for theta, colour in ((10000.0, PAIR_COLOURS[0]), (500000.0, PAIR_COLOURS[1])):
         for k in range(pairs):
             frequency = theta ** (-2 * k / head_dim)
             body.append(f"<circle cx='{x_of(k):.1f}' cy='{y_of(frequency):.1f}' r='4' fill='{colour}'/>")
     legend_y = top + plot_h + 66
     body.append(f"<circle cx='{left + 10}' cy='{legend_y - 4}' r='5' fill='{PAIR_COLOURS[0]}'/>")
-    body.append(_text(left + 22, legend_y, "theta = 10000 (RoPE paper, LLaMA 1 and 2): from 1 down to "
-                      "1.3e-4", anchor="start"))
+    body.append(text(left + 22, legend_y, "theta = 10000 (RoPE paper, LLaMA 1 and 2): from 1 down to "
+                     "1.3e-4", anchor="start"))
     body.append(f"<circle cx='{left + 10}' cy='{legend_y + 14}' r='5' fill='{PAIR_COLOURS[1]}'/>")
-    body.append(_text(left + 22, legend_y + 18, "theta = 500000 (LLaMA 3): slower pairs for longer "
-                      "contexts", anchor="start"))
-    return _svg(width, height, body)
+    body.append(text(left + 22, legend_y + 18, "theta = 500000 (LLaMA 3): slower pairs for longer "
+                     "contexts", anchor="start"))
+    return svg_document(width, height, body)
 
 
 # -- pairings.svg ---------------------------------------------------------------------------
@@ -147,14 +126,14 @@ def frequencies_svg() -> str:
 
 def _pairing_row(y: float, partner_of: list[int], pair_of: list[int], title: str) -> list[str]:
     box, gap, left = 46, 10, 150
-    parts = [_text(20, y + box / 2 + 4, title, anchor="start", bold=True)]
+    parts = [text(20, y + box / 2 + 4, title, anchor="start", bold=True)]
     centres = [left + i * (box + gap) + box / 2 for i in range(len(pair_of))]
     for i, centre in enumerate(centres):
         colour = PAIR_COLOURS[pair_of[i]]
         parts.append(f"<rect x='{centre - box / 2}' y='{y}' width='{box}' height='{box}' rx='4' "
                      f"fill='{colour}' fill-opacity='0.18' stroke='{colour}' stroke-width='2'/>")
-        parts.append(_text(centre, y + box / 2 + 5, f"x[{i}]", size=13))
-        parts.append(_text(centre, y + box + 16, f"k={pair_of[i]}", size=11, colour=colour))
+        parts.append(text(centre, y + box / 2 + 5, f"x[{i}]", size=13))
+        parts.append(text(centre, y + box + 16, f"k={pair_of[i]}", size=11, colour=colour))
         partner = partner_of[i]
         if partner > i:  # one arc a pair, drawn above the boxes
             start, end = centre, centres[partner]
@@ -170,13 +149,13 @@ def pairings_svg() -> str:
     adjacent_partner = [i + 1 if i % 2 == 0 else i - 1 for i in range(head_dim)]
     half_partner = [i + half if i < half else i - half for i in range(head_dim)]
     width, height = 640, 270
-    body = [_text(width / 2, 22, "Which features turn together (d = 8, colour = pair k, same angle)",
-                  size=14, bold=True)]
+    body = [text(width / 2, 22, "Which features turn together (d = 8, colour = pair k, same angle)",
+                 size=14, bold=True)]
     body += _pairing_row(70, adjacent_partner, [i // 2 for i in range(head_dim)], "apply_rope")
-    body.append(_text(20, 146, "adjacent: (x[2k], x[2k+1])", anchor="start", size=11, colour=MUTED))
+    body.append(text(20, 146, "adjacent: (x[2k], x[2k+1])", anchor="start", size=11, colour=MUTED))
     body += _pairing_row(190, half_partner, [i % half for i in range(head_dim)], "apply_rope_half")
-    body.append(_text(20, 266, "rotate-half: (x[k], x[k + d/2])", anchor="start", size=11, colour=MUTED))
-    return _svg(width, height, body)
+    body.append(text(20, 266, "rotate-half: (x[k], x[k + d/2])", anchor="start", size=11, colour=MUTED))
+    return svg_document(width, height, body)
 
 
 # -- relative_scores.svg -------------------------------------------------------------------
@@ -211,16 +190,15 @@ def relative_scores_svg() -> str:
     width = max(LABEL + len(positions) * CELL + 40, 500)  # the title needs room
     height = top + len(positions) * CELL + 50
     body = [
-        _text(width / 2, 18, "Score q_m · k_n of one query and one key at every position",
-              size=14, bold=True),
-        _text(LABEL + len(positions) * CELL / 2, 40, "key position n", colour=MUTED),
-        f"<text x='14' y='{top + len(positions) * CELL / 2}' text-anchor='middle' fill='{MUTED}' "
-        f"transform='rotate(-90 14 {top + len(positions) * CELL / 2})'>query position m</text>",
+        text(width / 2, 18, "Score q_m · k_n of one query and one key at every position",
+             size=14, bold=True),
+        text(LABEL + len(positions) * CELL / 2, 40, "key position n", colour=MUTED),
+        vertical_text(14, top + len(positions) * CELL / 2, "query position m"),
     ]
     for n in positions:
-        body.append(_text(LABEL + n * CELL + CELL / 2, top - 8, str(n)))
+        body.append(text(LABEL + n * CELL + CELL / 2, top - 8, str(n)))
     for m in positions:
-        body.append(_text(LABEL - 10, top + m * CELL + CELL / 2 + 4, str(m), anchor="end"))
+        body.append(text(LABEL - 10, top + m * CELL + CELL / 2 + 4, str(m), anchor="end"))
         for n in positions:
             value = scores[m][n]
             x, y = LABEL + n * CELL, top + m * CELL
@@ -228,10 +206,10 @@ def relative_scores_svg() -> str:
             body.append(f"<rect x='{x}' y='{y}' width='{CELL}' height='{CELL}' "
                         f"fill='{_diverging(value, largest)}' stroke='white'/>")
             shown = f"{value:.2f}".replace("-0.00", "0.00")
-            body.append(_text(x + CELL / 2, y + CELL / 2 + 4, shown, colour=ink))
-    body.append(_text(LABEL, height - 14, "every diagonal (same m - n) holds one number", anchor="start",
-                      colour=MUTED))
-    return _svg(width, height, body)
+            body.append(text(x + CELL / 2, y + CELL / 2 + 4, shown, colour=ink))
+    body.append(text(LABEL, height - 14, "every diagonal (same m - n) holds one number", anchor="start",
+                     colour=MUTED))
+    return svg_document(width, height, body)
 
 
 def figures() -> dict[str, str]:

@@ -11,31 +11,11 @@ no import of the reference solution, which students do not receive):
   the whole score matrix and for pieces of 512, 128 and 32 keys.
 """
 
-from xml.sax.saxutils import escape
+from grader.figures import MUTED, TEXT, svg_document, text
 
-from grader.figures import FONT
-
-TEXT = "#222"
-MUTED = "#666"
 BLOCK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 MASKED = "#d9d9d9"
 CELL = 26
-
-
-def _svg(width: float, height: float, body: list[str]) -> str:
-    head = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>",
-        f"<rect width='{width}' height='{height}' fill='white'/>",
-    ]
-    return "\n".join(head + body + ["</svg>"]) + "\n"
-
-
-def _text(x: float, y: float, words: str, anchor: str = "middle", size: int = 12,
-          colour: str = TEXT, bold: bool = False) -> str:
-    weight = " font-weight='bold'" if bold else ""
-    return (f"<text x='{x:.1f}' y='{y:.1f}' text-anchor='{anchor}' font-size='{size}' "
-            f"fill='{colour}'{weight}>{escape(words)}</text>")
 
 
 def _rect(x: float, y: float, width: float, height: float, fill: str, opacity: float = 1.0,
@@ -67,13 +47,13 @@ def _score_grid(left: float, top: float, causal: bool) -> list[str]:
                     parts.append(_rect(x, y, CELL, CELL, MASKED))
                 else:
                     parts.append(_rect(x, y, CELL, CELL, colour, 0.85 if index == CURRENT else 0.18))
-        parts.append(_text(left + (start + end) / 2 * CELL, top - 8, f"keys {start}..{end - 1}",
-                           size=10, colour=colour))
+        parts.append(text(left + (start + end) / 2 * CELL, top - 8, f"keys {start}..{end - 1}",
+                          size=10, colour=colour))
     start, end = _blocks()[CURRENT]
     parts.append(_rect(left + start * CELL, top, (end - start) * CELL, QUERIES * CELL, "none",
                        stroke=TEXT, stroke_width=2.5))
     for i in range(QUERIES):
-        parts.append(_text(left - 6, top + i * CELL + CELL / 2 + 4, f"q {i}", anchor="end", size=10))
+        parts.append(text(left - 6, top + i * CELL + CELL / 2 + 4, f"q {i}", anchor="end", size=10))
     return parts
 
 
@@ -85,41 +65,41 @@ def _running_columns(left: float, top: float) -> list[str]:
         for i in range(QUERIES):
             parts.append(_rect(x, top + i * CELL, width * CELL * 0.9 if label == "acc" else CELL * 0.9,
                                CELL, "#8c564b", 0.35))
-        parts.append(_text(x + (width * CELL * 0.45 if label == "acc" else CELL * 0.45), top - 8, label,
-                           size=11, bold=True))
+        parts.append(text(x + (width * CELL * 0.45 if label == "acc" else CELL * 0.45), top - 8, label,
+                          size=11, bold=True))
     return parts
 
 
 def tiling_svg() -> str:
     width, height = 760, 590
     left, grid_top = 70, 86
-    body = [_text(width / 2, 22, "Tiled attention: the L x S scores, one block of keys at a time",
-                  size=14, bold=True),
-            _text(width / 2, 42, f"L = {QUERIES} queries, S = {KEYS} keys, block_size = {BLOCK}: "
-                  "blocks of 3, 3, 3 and 1 key", size=11, colour=MUTED)]
+    body = [text(width / 2, 22, "Tiled attention: the L x S scores, one block of keys at a time",
+                 size=14, bold=True),
+            text(width / 2, 42, f"L = {QUERIES} queries, S = {KEYS} keys, block_size = {BLOCK}: "
+                 "blocks of 3, 3, 3 and 1 key", size=11, colour=MUTED)]
     body += _score_grid(left, grid_top, causal=False)
     state_left = left + KEYS * CELL + 60
     body += _running_columns(state_left, grid_top)
-    body.append(_text(state_left, grid_top + QUERIES * CELL + 22,
-                      "kept for every query between blocks", anchor="start", size=11, colour=MUTED))
-    body.append(_text(left, grid_top + QUERIES * CELL + 22, "in memory: the outlined (L, block) scores",
-                      anchor="start", size=11, colour=MUTED))
-    body.append(_text(left, grid_top + QUERIES * CELL + 40, "the faint ones are never stored together",
-                      anchor="start", size=11, colour=MUTED))
+    body.append(text(state_left, grid_top + QUERIES * CELL + 22,
+                     "kept for every query between blocks", anchor="start", size=11, colour=MUTED))
+    body.append(text(left, grid_top + QUERIES * CELL + 22, "in memory: the outlined (L, block) scores",
+                     anchor="start", size=11, colour=MUTED))
+    body.append(text(left, grid_top + QUERIES * CELL + 40, "the faint ones are never stored together",
+                     anchor="start", size=11, colour=MUTED))
     causal_top = grid_top + QUERIES * CELL + 104
-    body.append(_text(left, causal_top - 30, f"causal, bottom-right (chapter 4): query i sees keys "
-                      f"0 .. i + {KEYS - QUERIES}; grey = masked inside each block", anchor="start",
-                      size=12, bold=True))
+    body.append(text(left, causal_top - 30, f"causal, bottom-right (chapter 4): query i sees keys "
+                     f"0 .. i + {KEYS - QUERIES}; grey = masked inside each block", anchor="start",
+                     size=12, bold=True))
     body += _score_grid(left, causal_top, causal=True)
-    body.append(_text(left, causal_top + QUERIES * CELL + 22, "the mask of a block compares the keys' "
-                      "own positions start .. end - 1 with each query's position", anchor="start",
-                      size=11, colour=MUTED))
-    body.append(_text(20, height - 34, "for each block: s = q k_block^T / sqrt(d);  m_new = max(m, "
-                      "rowmax s);  p = exp(s - m_new)", anchor="start", size=11, colour=MUTED))
-    body.append(_text(20, height - 14, "l = l exp(m - m_new) + rowsum p;  acc = acc exp(m - m_new) + "
-                      "p v_block;  m = m_new;  at the end, output = acc / l", anchor="start", size=11,
-                      colour=MUTED))
-    return _svg(width, height, body)
+    body.append(text(left, causal_top + QUERIES * CELL + 22, "the mask of a block compares the keys' "
+                     "own positions start .. end - 1 with each query's position", anchor="start",
+                     size=11, colour=MUTED))
+    body.append(text(20, height - 34, "for each block: s = q k_block^T / sqrt(d);  m_new = max(m, "
+                     "rowmax s);  p = exp(s - m_new)", anchor="start", size=11, colour=MUTED))
+    body.append(text(20, height - 14, "l = l exp(m - m_new) + rowsum p;  acc = acc exp(m - m_new) + "
+                     "p v_block;  m = m_new;  at the end, output = acc / l", anchor="start", size=11,
+                     colour=MUTED))
+    return svg_document(width, height, body)
 
 
 # -- memory.svg ------------------------------------------------------------------------------
@@ -136,20 +116,20 @@ def memory_svg() -> str:
     plot_w = width - left - 120
     largest = T * T * FLOAT32 / MIB
 
-    body = [_text(width / 2, 22, f"Largest score tensor of one head at T = {T}, float32", size=14, bold=True),
-            _text(width / 2, 42, "T x T numbers for the whole matrix, T x block for one piece",
-                  size=11, colour=MUTED)]
+    body = [text(width / 2, 22, f"Largest score tensor of one head at T = {T}, float32", size=14, bold=True),
+            text(width / 2, 42, "T x T numbers for the whole matrix, T x block for one piece",
+                 size=11, colour=MUTED)]
     for index, (label, block) in enumerate(rows):
         y = top + index * (bar_h + gap)
         mib = T * block * FLOAT32 / MIB
         colour = "#c0392b" if block == T else BLOCK_COLOURS[index]
-        body.append(_text(left - 10, y + bar_h / 2 + 4, label, anchor="end"))
+        body.append(text(left - 10, y + bar_h / 2 + 4, label, anchor="end"))
         body.append(_rect(left, y, max(plot_w * mib / largest, 2), bar_h, colour, 0.85))
-        body.append(_text(left + max(plot_w * mib / largest, 2) + 8, y + bar_h / 2 + 4, f"{mib:g} MiB",
-                          anchor="start", bold=True))
-    body.append(_text(20, height - 12, "the output and the running m, l, acc are T x d_v and T: "
-                      "the same for every block size", anchor="start", colour=MUTED))
-    return _svg(width, height, body)
+        body.append(text(left + max(plot_w * mib / largest, 2) + 8, y + bar_h / 2 + 4, f"{mib:g} MiB",
+                         anchor="start", bold=True))
+    body.append(text(20, height - 12, "the output and the running m, l, acc are T x d_v and T: "
+                     "the same for every block size", anchor="start", colour=MUTED))
+    return svg_document(width, height, body)
 
 
 def figures() -> dict[str, str]:

@@ -9,62 +9,43 @@ Nothing random and no import of the reference solution, which students do
 not receive.
 """
 
-from xml.sax.saxutils import escape
+from grader.figures import MUTED, TEXT, line, svg_document, text
 
-from grader.figures import FONT
-
-TEXT = "#222"
-MUTED = "#666"
 STREAM = "#1f77b4"
 BOX_FILL = {"embed": "#e8f1fb", "norm": "#fdf2e0", "attn": "#fbe5e1", "mlp": "#e6f4e6", "head": "#efe8f7"}
-
-
-def _text(x: float, y: float, words: str, anchor: str = "middle", size: int = 12,
-          colour: str = TEXT, bold: bool = False) -> str:
-    weight = " font-weight='bold'" if bold else ""
-    return (f"<text x='{x:.1f}' y='{y:.1f}' text-anchor='{anchor}' font-size='{size}' "
-            f"fill='{colour}'{weight}>{escape(words)}</text>")
 
 
 def _box(x: float, y: float, width: float, height: float, label: str, kind: str) -> list[str]:
     return [f"<rect x='{x:.1f}' y='{y:.1f}' width='{width:.1f}' height='{height:.1f}' rx='6' "
             f"fill='{BOX_FILL[kind]}' stroke='{TEXT}' stroke-width='1'/>",
-            _text(x + width / 2, y + height / 2 + 4, label)]
-
-
-def _line(x1: float, y1: float, x2: float, y2: float, colour: str = TEXT, width: float = 1.2) -> str:
-    return (f"<line x1='{x1:.1f}' y1='{y1:.1f}' x2='{x2:.1f}' y2='{y2:.1f}' stroke='{colour}' "
-            f"stroke-width='{width}'/>")
+            text(x + width / 2, y + height / 2 + 4, label)]
 
 
 def _add(x: float, y: float) -> list[str]:
     """The residual stream's "+": a sub-layer's answer joins the stream here."""
     return [f"<circle cx='{x:.1f}' cy='{y:.1f}' r='9' fill='white' stroke='{STREAM}' stroke-width='2'/>",
-            _text(x, y + 5, "+", size=15, colour=STREAM, bold=True)]
+            text(x, y + 5, "+", size=15, colour=STREAM, bold=True)]
 
 
 def architecture_svg() -> str:
     width, height = 700, 660
     stream_x, box_w, box_h = 200, 200, 30
     body = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT} font-size='12'>",
-        f"<rect width='{width}' height='{height}' fill='white'/>",
-        _text(width / 2, 24, "TinyLM: tokens in at the bottom, next-token logits out at the top",
-              size=14, bold=True),
+        text(width / 2, 24, "TinyLM: tokens in at the bottom, next-token logits out at the top",
+             size=14, bold=True),
     ]
     # From the top down, the stages and the shape that leaves each one.
     top, bottom = 60, 600
-    body.append(_line(stream_x, bottom - 40, stream_x, top + 40, STREAM, 3))  # the residual stream
+    body.append(line(stream_x, bottom - 40, stream_x, top + 40, STREAM, 3))  # the residual stream
     body += _box(stream_x - box_w / 2, top, box_w, box_h, "head: Linear(D, V)", "head")
-    body.append(_text(stream_x + box_w / 2 + 12, top + 19, "logits (B, T, V)", anchor="start", colour=MUTED))
+    body.append(text(stream_x + box_w / 2 + 12, top + 19, "logits (B, T, V)", anchor="start", colour=MUTED))
     body += _box(stream_x - box_w / 2, top + 50, box_w, box_h, "ln_f: LayerNorm(D)", "norm")
     # One block, drawn open, repeated num_layers times.
     block_top, block_bottom = top + 110, top + 430
     body.append(f"<rect x='{stream_x - 150}' y='{block_top}' width='{620}' height='{block_bottom - block_top}' "
                 f"rx='10' fill='none' stroke='{MUTED}' stroke-dasharray='6 4'/>")
-    body.append(_text(stream_x + 460, block_top + 20, "TransformerBlock", anchor="end", colour=MUTED, bold=True))
-    body.append(_text(stream_x + 460, block_top + 36, "x num_layers", anchor="end", colour=MUTED))
+    body.append(text(stream_x + 460, block_top + 20, "TransformerBlock", anchor="end", colour=MUTED, bold=True))
+    body.append(text(stream_x + 460, block_top + 36, "x num_layers", anchor="end", colour=MUTED))
     side_x = stream_x + 130  # the sub-layers sit beside the stream
     for index, (label_norm, label_layer, kind, note) in enumerate((
         ("ln2: LayerNorm(D)", "mlp: Linear, GELU, Linear", "mlp", "(B, T, 4D) inside"),
@@ -73,22 +54,22 @@ def architecture_svg() -> str:
         y0 = block_top + 50 + index * 140
         join = y0 + 10
         body += _add(stream_x, join)
-        body.append(_line(stream_x, y0 + 110, side_x, y0 + 110))  # out of the stream ...
-        body.append(_line(side_x, y0 + 110, side_x, y0 + 95))
+        body.append(line(stream_x, y0 + 110, side_x, y0 + 110))  # out of the stream ...
+        body.append(line(side_x, y0 + 110, side_x, y0 + 95))
         body += _box(side_x - 85, y0 + 65, 170, box_h, label_norm, "norm")  # ... through the norm ...
         body += _box(side_x - 85, y0 + 20, 170, box_h, label_layer, kind)  # ... and the sub-layer ...
-        body.append(_line(side_x, y0 + 20, side_x, join))
-        body.append(_line(side_x, join, stream_x + 9, join))  # ... back into the stream
-        body.append(_text(side_x + 92, y0 + 40, note, anchor="start", size=10, colour=MUTED))
+        body.append(line(side_x, y0 + 20, side_x, join))
+        body.append(line(side_x, join, stream_x + 9, join))  # ... back into the stream
+        body.append(text(side_x + 92, y0 + 40, note, anchor="start", size=10, colour=MUTED))
     body += _box(stream_x - box_w / 2, block_bottom + 30, box_w, box_h, "tok_emb + pos_emb", "embed")
-    body.append(_text(stream_x - box_w / 2 - 10, block_bottom + 20, "x (B, T, D)", anchor="end", colour=STREAM))
-    body.append(_text(stream_x - box_w / 2 - 10, block_top - 6, "x (B, T, D)", anchor="end", colour=STREAM))
-    body.append(_text(stream_x, bottom - 14, "tokens (B, T), integers 0 .. V - 1", colour=MUTED))
-    body.append(_text(20, height - 28, "pre-norm: each sub-layer reads LayerNorm(x) and adds its answer to x;",
-                      anchor="start", size=11, colour=MUTED))
-    body.append(_text(20, height - 12, "the stream itself is normalised only by ln_f, before the head",
-                      anchor="start", size=11, colour=MUTED))
-    return "\n".join(body + ["</svg>"]) + "\n"
+    body.append(text(stream_x - box_w / 2 - 10, block_bottom + 20, "x (B, T, D)", anchor="end", colour=STREAM))
+    body.append(text(stream_x - box_w / 2 - 10, block_top - 6, "x (B, T, D)", anchor="end", colour=STREAM))
+    body.append(text(stream_x, bottom - 14, "tokens (B, T), integers 0 .. V - 1", colour=MUTED))
+    body.append(text(20, height - 28, "pre-norm: each sub-layer reads LayerNorm(x) and adds its answer to x;",
+                     anchor="start", size=11, colour=MUTED))
+    body.append(text(20, height - 12, "the stream itself is normalised only by ln_f, before the head",
+                     anchor="start", size=11, colour=MUTED))
+    return svg_document(width, height, body)
 
 
 def figures() -> dict[str, str]:
