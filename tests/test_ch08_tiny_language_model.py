@@ -12,18 +12,15 @@ import time
 import pytest
 import torch
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from conftest import TRAINING, replace_function, result_of, solution_source, statuses, stub_source
 from grader.bugs.ch08 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
 from grader.known_bugs import apply_bug
-from grader.sandbox import Limits
 
 CH08 = find_chapter("ch08")
 SOLUTION = solution_source(CH08)
 LESSON = COURSE_ROOT / "chapters" / CH08.folder
-# The training check runs 200 steps in the worker: the default limits, not the tests' short ones.
-LIMITS = Limits()
 CAUSAL_CHECK = "changing the last token's input changes no earlier position's output"
 
 
@@ -37,7 +34,7 @@ def _failed(report, exercise: str) -> dict[str, str]:
 
 
 def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
-    solved = grade_source(SOLUTION, chapter="ch08", limits=LIMITS)
+    solved = grade_source(SOLUTION, chapter="ch08", limits=TRAINING)
     assert solved.passed and solved.score == solved.max_score == 10
     stub = grade_source(stub_source(CH08), chapter="ch08")
     assert stub.score == 0
@@ -67,12 +64,12 @@ class TransformerBlock(nn.Module):
 
 def test_correct_code_in_another_style_scores_full_marks(grade_source):
     source = replace_function(SOLUTION, "TransformerBlock", OTHER_STYLE_BLOCK)
-    report = grade_source(source, chapter="ch08", limits=LIMITS)
+    report = grade_source(source, chapter="ch08", limits=TRAINING)
     assert report.passed, [(r.exercise.name, r.reason) for r in report.exercises if r.status != "passed"]
 
 
 def test_a_block_without_the_causal_mask_is_caught_and_its_training_loss_is_too_low(grade_source):
-    report = grade_source(apply_bug(SOLUTION, _bug("no-causal-mask")), chapter="ch08", limits=LIMITS)
+    report = grade_source(apply_bug(SOLUTION, _bug("no-causal-mask")), chapter="ch08", limits=TRAINING)
     block = _failed(report, "TransformerBlock")
     assert "is the causal mask missing" in block[CAUSAL_CHECK]
     (training,) = _failed(report, "train").values()
@@ -81,14 +78,14 @@ def test_a_block_without_the_causal_mask_is_caught_and_its_training_loss_is_too_
 
 
 def test_unshifted_targets_fail_the_training_check_alone(grade_source):
-    report = grade_source(apply_bug(SOLUTION, _bug("targets-not-shifted")), chapter="ch08", limits=LIMITS)
+    report = grade_source(apply_bug(SOLUTION, _bug("targets-not-shifted")), chapter="ch08", limits=TRAINING)
     assert statuses(report)["TransformerBlock"] == statuses(report)["TinyLM"] == "passed"
     (message,) = _failed(report, "train").values()
     assert "too low" in message and "targets not the inputs shifted by one" in message
 
 
 def test_a_model_that_does_not_learn_shows_its_loss_curve(grade_source):
-    report = grade_source(apply_bug(SOLUTION, _bug("no-optimizer-step")), chapter="ch08", limits=LIMITS)
+    report = grade_source(apply_bug(SOLUTION, _bug("no-optimizer-step")), chapter="ch08", limits=TRAINING)
     (message,) = _failed(report, "train").values()
     assert f"above {LEARNED}" in message
     assert "step 0: " in message and f"step {TRAIN_STEPS - 1}: " in message
@@ -99,7 +96,7 @@ def test_a_model_copied_before_training_fails_the_returned_model_check_alone(gra
     source = SOLUTION.replace("    optimizer = torch.optim.AdamW",
                               "    untrained = copy.deepcopy(model)\n    optimizer = torch.optim.AdamW")
     source = "import copy\n" + source.replace("return model, losses", "return untrained, losses")
-    report = grade_source(source, chapter="ch08", limits=LIMITS)
+    report = grade_source(source, chapter="ch08", limits=TRAINING)
     (message,) = _failed(report, "train").values()
     assert "as an untrained one has" in message and "return the model the loop trained" in message
     assert result_of(report, "train").failed_checks[0].hint == _bug("fresh-model-returned").hint
@@ -107,7 +104,7 @@ def test_a_model_copied_before_training_fails_the_returned_model_check_alone(gra
 
 def test_returning_only_the_losses_is_told_what_train_returns(grade_source):
     report = grade_source(SOLUTION.replace("return model, losses", "return losses"), chapter="ch08",
-                          limits=LIMITS)
+                          limits=TRAINING)
     messages = _failed(report, "train").values()
     assert messages and all("expected a tuple (model, losses)" in message for message in messages)
 

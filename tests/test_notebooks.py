@@ -9,7 +9,7 @@ import re
 import nbformat
 import pytest
 
-from conftest import FAST, result_of, statuses
+from conftest import FAST, limits_for, result_of, statuses
 from grader.build import solution_notebooks
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.grading import grade
@@ -44,7 +44,7 @@ def exercise_cell(notebook, name: str) -> int:
 def grade_notebook(notebook, tmp_path, chapter=CH01, seed=5):
     path = tmp_path / f"{chapter.module}.ipynb"
     nbformat.write(notebook, path)
-    return grade([(chapter, path)], limits=FAST, seed=seed)
+    return grade([(chapter, path)], limits=limits_for([chapter]), seed=seed)
 
 
 # -- what the build writes -------------------------------------------------------------

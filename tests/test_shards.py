@@ -11,7 +11,7 @@ from grader.catalog import CHAPTERS, find_chapter
 from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.shards import ShardFailed, run_side_by_side
-from tests.conftest import FAST, solution_source
+from tests.conftest import FAST, TRAINING, solution_source
 
 
 PARENT = os.getpid()
@@ -68,8 +68,8 @@ def _write_course(folder, bugs: dict[str, int]):
 
 def test_side_by_side_grades_like_one_process(tmp_path):
     targets = _write_course(tmp_path, {"ch01": 0, "ch03": 2, "ch05": 1})
-    alone = grade(targets, limits=FAST, seed=7, jobs=1)
-    side_by_side = grade(targets, limits=FAST, seed=7, jobs=3)
+    alone = grade(targets, limits=TRAINING, seed=7, jobs=1)
+    side_by_side = grade(targets, limits=TRAINING, seed=7, jobs=3)
 
     def verdicts(report):
         return [(r.chapter.id, r.exercise.name, r.status, r.reason,
