@@ -443,17 +443,21 @@ def _footprint(text: str, found: object) -> Footprint:
     def count(value) -> bool:
         return type(value) is int and value >= 0
 
-    largest = found.get("largest") if isinstance(found, dict) else None
-    reduction = found.get("reduction") if isinstance(found, dict) else None
-    if not isinstance(found, dict) or not (
-            largest is None or isinstance(largest, dict) and sizes(largest.get("shape"))
-            and count(largest.get("numel"))) or not (
-            reduction is None or isinstance(reduction, dict) and sizes(reduction.get("shape"))
-            and count(reduction.get("width")) and isinstance(reduction.get("op"), str)):
+    largest, reduction = (found.get(key) if isinstance(found, dict) else None for key in ("largest", "reduction"))
+    well_formed = isinstance(found, dict) and (
+        largest is None
+        or isinstance(largest, dict) and sizes(largest.get("shape")) and count(largest.get("numel"))
+    ) and (
+        reduction is None
+        or isinstance(reduction, dict) and sizes(reduction.get("shape")) and count(reduction.get("width"))
+        and isinstance(reduction.get("op"), str)
+    )
+    if not well_formed:
         raise CheckFailure(f"{text}: the worker sent back a malformed measurement", "protocol")
     return Footprint(
         Largest(tuple(largest["shape"]), largest["numel"]) if largest is not None else None,
-        Reduction(reduction["op"], reduction["width"], tuple(reduction["shape"])) if reduction is not None else None)
+        Reduction(reduction["op"][:40], reduction["width"], tuple(reduction["shape"])) if reduction is not None
+        else None)
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:

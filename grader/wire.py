@@ -2,7 +2,8 @@
 
 The worker (student code) turns whatever a function returned into a tree of
 plain values: tensors, numbers, strings, lists and dicts, each tagged with
-what it was (``encode``). A frame carries that tree as JSON, with each
+what it was, and a returned ``nn.Module`` into its type and ``state_dict``
+(``encode``). A frame carries that tree as JSON, with each
 tensor's bytes appended after it; reading a frame (``load``) parses JSON and
 copies bytes into fresh tensors, and runs no pickle, so nothing the student
 built (a tensor subclass that lies in ``__eq__``, an object "equal" to

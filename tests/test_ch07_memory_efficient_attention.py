@@ -15,7 +15,9 @@ import torch.nn.functional as F
 from conftest import replace_function, result_of, solution_source, statuses, stub_source
 from grader.bugs.ch07 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
+from grader.compare import CheckFailure
 from grader.known_bugs import apply_bug
+from grader.remote import Footprint, Largest, Reduction, _footprint
 from grader.sandbox import _Footprint
 
 CH07 = find_chapter("ch07")
@@ -179,6 +181,19 @@ def test_elementwise_work_and_views_are_no_reduction():
         torch.exp(x - 1).div(3).transpose(0, 1)
     assert measure.widest is None
 
+
+
+@pytest.mark.parametrize("found", [
+    None, [], {"largest": {"shape": [2], "numel": -1}, "reduction": None},
+    {"largest": None, "reduction": {"op": "amax", "width": "all", "shape": [4]}},
+    {"largest": None, "reduction": {"op": 3, "width": 4, "shape": [4]}},
+])
+def test_a_malformed_measurement_from_the_worker_is_refused(found):
+    with pytest.raises(CheckFailure, match="malformed measurement"):
+        _footprint("online_softmax(x (4, 8), 2)", found)
+    measured = _footprint("call", {"largest": {"shape": [4, 8], "numel": 32},
+                                   "reduction": {"op": "sum", "width": 2, "shape": [4, 2]}})
+    assert measured == Footprint(Largest((4, 8), 32), Reduction("sum", 2, (4, 2)))
 
 def test_a_softmax_over_whole_rows_fails_the_online_check_alone(grade_source):
     bug = next(bug for bug in BUGS if bug.name == "whole-row-at-once")
