@@ -609,6 +609,8 @@ def run_batch(
     """
     import torch
 
+    from grader.grading import preload
+
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FOLDER).mkdir(exist_ok=True)
     entries = list_entries(submissions, leave_out=out)
@@ -623,6 +625,8 @@ def run_batch(
     broken = 0
     if progress:
         progress(0, len(pending), 0)
+    if len(pending) > 1:  # imported once here, not once per student
+        preload(CHAPTERS)
     # Forked workers inherit torch, already imported, but not OpenMP's
     # threads: a forked process that computes on several threads hangs in
     # libgomp. One thread a worker, and as many workers as cores, instead.

@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import io
 import os
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,6 +183,19 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
         remote.close()
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
 
+
+def preload(chapters: Iterable[Chapter]) -> None:
+    """Import the modules that the chapters' correct code imports on its own
+    (``Chapter.preload``), here and now.
+
+    For a process that forks many grades (a batch, ``verify``): each worker
+    then inherits them instead of importing them again. A single grade does
+    not call this: there the import would only move from a worker, which
+    runs beside other chapters' checks, to the start of the grade.
+    """
+    for chapter in chapters:
+        for name in chapter.preload:
+            importlib.import_module(name)
 
 def _grading_cost(chapter: Chapter) -> int:
     """How many check functions the chapter has, plus what its catalog entry

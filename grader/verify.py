@@ -20,7 +20,7 @@ import torch
 
 from grader.build import generated_files, stale_files
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
-from grader.grading import GraderError, grade
+from grader.grading import GraderError, grade, preload
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.recorded import is_edition
 
@@ -85,6 +85,7 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
         audit = audits[result.chapter.id, result.exercise.name]
         audit.stub_passes = [check.check for check in result.checks if check.outcome == "passed"]
     tasks = [(chapter.id, index) for chapter in CHAPTERS for index in range(len(KNOWN_BUGS[chapter.id]))]
+    preload(CHAPTERS)  # once here, not once for each known bug
     # Forked workers inherit torch, already imported, but not OpenMP's threads:
     # a forked process that computes on more than one thread hangs in libgomp.
     context = multiprocessing.get_context("fork")

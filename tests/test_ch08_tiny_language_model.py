@@ -7,6 +7,8 @@ text.txt, ln V, the loss the reference reaches) are true."""
 
 import importlib.util
 import math
+import subprocess
+import sys
 import time
 
 import pytest
@@ -115,6 +117,20 @@ def _reference():
     spec.loader.exec_module(module)
     return module
 
+
+def test_what_the_chapter_preloads_is_what_training_imports_on_its_own():
+    """A batch imports CH08.preload once, before it forks: each name must be a module the
+    reference's train would import anyway, or the batch pays for nothing."""
+    script = (
+        "import importlib.util, sys, torch\n"
+        f"spec = importlib.util.spec_from_file_location('reference', {str(COURSE_ROOT / 'solutions' / (CH08.module + '.py'))!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        f"before = {{name: name in sys.modules for name in {CH08.preload!r}}}\n"
+        "module.train(torch.arange(100) % 7, 7, 2, context=8, batch_size=2)\n"
+        f"print([not before[name] and name in sys.modules for name in {CH08.preload!r}])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert CH08.preload and done.stdout.strip() == str([True] * len(CH08.preload)), done.stderr
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_reference_learns_with_margin_on_both_sides_and_fast(seed):
