@@ -37,7 +37,7 @@ BUGS = (
              "        block = x[..., start : start + block_size]  # (..., block), shorter at the end\n",
              "    m = x.amax(dim=-1)  # the whole row's max, then its sum: chapter 1's softmax\n"
              "    l = torch.exp(x - m[..., None]).sum(dim=-1)\n"
-             "    for block in ():\n"),
+             "    for block in ():  # the running loop below never runs\n"),
     # -- tiled_attention ---------------------------------------------------------------------
     KnownBug("tiled_attention", "whole-score-matrix",
              "looks like the whole (L, S) score matrix is built at once, as in chapter 1: right "
