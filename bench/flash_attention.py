@@ -4,7 +4,7 @@ Run by hand: ``python bench/flash_attention.py [--length 4096] [--block 128] [--
 For one head (``q``, ``k``, ``v`` of shape ``(1, 1, T, 64)``, float32), causal
 and not, it prints the median wall time of each implementation and the
 largest tensor it makes. The largest tensor is measured as the grader
-measures students' code (``grader.sandbox._Footprint``): every ATen
+measures students' code (``grader.footprint.Measure``): every ATen
 operation's output, views and in-place results left out. It is the memory
 that grows with T, not the peak of the process; for
 ``F.scaled_dot_product_attention`` it shows what its CPU kernel allocates
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.sandbox import _Footprint
+from grader.footprint import Measure
 
 
 def naive_attention(q, k, v, causal: bool = False):
@@ -61,7 +61,7 @@ def measure(function, runs: int, device: str) -> tuple[float, tuple, int, int | 
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
-    with _Footprint() as recorder:
+    with Measure() as recorder:
         function()
     peak = None
     if device == "cuda":

@@ -28,19 +28,23 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import hmac
 import json
-import multiprocessing
 import os
+import pickle
 import re
+import secrets
+import select
 import shutil
+import signal
 import stat
+import sys
 import tempfile
 import time
 import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -49,7 +53,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grader import isolation, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter, chapter_file
+from grader.isolation import Limits
 
 # torch and the grading modules are imported inside the functions that grade,
 # so that the command line's checks of its arguments answer before torch loads.
@@ -63,7 +69,8 @@ MAX_FOLDER_DEPTH = 3  # folders inside folders (``alice/hw1/exercises/``) looked
 STATE_FILE = "batch-state.json"
 CSV_FILE = "grades.csv"
 RESULTS_FOLDER = "results"
-STATE_VERSION = 1
+STATE_VERSION = 2
+KEY_FILE = ".batch-key"  # the key of the state's MAC, readable by its owner only
 # Left out of the listing of SUBMISSIONS: what zip tools and file managers add.
 IGNORED_NAMES = {"__MACOSX", "Thumbs.db", "desktop.ini"}
 CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
@@ -105,6 +112,8 @@ class StudentGrade:
             student's answers matched.
         seconds: wall time of the grading.
         results: the Gradescope ``results.json`` dict (not kept in the state file).
+        results_digest: sha256 (hex) of the ``results/STUDENT.json`` written for
+            it: a re-run keeps the row only while that file is unchanged.
     """
 
     student: str
@@ -115,6 +124,7 @@ class StudentGrade:
     bugs: list[tuple[str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
     results: dict | None = None
+    results_digest: str = ""
 
     @property
     def total(self) -> int:
@@ -141,6 +151,7 @@ class BatchResult:
     checks_changed: bool  # since the last run: every student was graded again
     out: Path
     seed: int
+    unprotected: str = ""  # which of the sandbox's protections this machine lacks (isolation.missing)
 
 
 def exercise_key(chapter: Chapter, exercise_name: str) -> str:
@@ -419,11 +430,11 @@ def submission_targets(entry: Path, scratch: Path) -> list[tuple[Chapter, Path]]
         if chapter is None:
             raise Unusable(f"cannot tell which chapter {entry.name} is for: put chNN in its name "
                            f"(like {entry.stem}_ch01{suffix})")
-        if suffix != entry.suffix:  # ALICE_CH01.PY: the loader tells notebooks by ".ipynb"
-            copy = scratch / f"{entry.stem}{suffix}"
-            shutil.copy2(entry, copy)
-            entry = copy
-        return [(chapter, entry)]
+        # Graded from a copy in a folder of its own: the file's folder is the
+        # class's. (And ALICE_CH01.PY: the loader tells notebooks by ".ipynb".)
+        copy = scratch / f"{entry.stem}{suffix}"
+        shutil.copy2(entry, copy)
+        return [(chapter, copy)]
     raise Unusable(f"{entry.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
 
 
@@ -482,7 +493,7 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
     note = "; ".join(problems)
     if not readable:
         return _ungraded(entry, note)
-    limits = Limits(check_seconds=options.check_seconds, exercise_seconds=4 * options.check_seconds)
+    limits = Limits.per_check(options.check_seconds)
     try:
         report = grade(readable, limits=limits, seed=options.seed)
     except GraderError as error:
@@ -557,11 +568,14 @@ def known_bugs_in(report) -> list[tuple[str, str, str]]:
 
 def load_state(out: Path, fingerprint: str) -> tuple[dict[str, StudentGrade], bool]:
     """The rows of the last run, by student, and whether the checks changed
-    since; no rows when they did (those grades may no longer hold) or when
-    there is no state that can be read."""
+    since; no rows when they did (those grades may no longer hold), when
+    there is no state that can be read, or when its MAC does not hold: the
+    state is read back as grades, so only what this program wrote counts."""
     try:
         state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
         if state.get("version") != STATE_VERSION:
+            return {}, False
+        if not hmac.compare_digest(str(state.get("mac")), _mac(out, state["grader"], state["students"])):
             return {}, False
         if state.get("grader") != fingerprint:
             return {}, True
@@ -571,9 +585,38 @@ def load_state(out: Path, fingerprint: str) -> tuple[dict[str, StudentGrade], bo
 
 
 def save_state(out: Path, fingerprint: str, grades: dict[str, StudentGrade]) -> None:
-    state = {"version": STATE_VERSION, "grader": fingerprint,
-             "students": {student: grade.state() for student, grade in sorted(grades.items())}}
+    students = {student: grade.state() for student, grade in sorted(grades.items())}
+    state = {"version": STATE_VERSION, "grader": fingerprint, "students": students,
+             "mac": _mac(out, fingerprint, students)}
     _write_atomically(out / STATE_FILE, json.dumps(state, indent=1))
+
+
+def _mac(out: Path, fingerprint: str, students: dict) -> str:
+    """HMAC-SHA256 of the state's rows under the out folder's key (made on
+    first use, readable by its owner only: workers, confined by Landlock,
+    cannot read the out folder at all)."""
+    path = out / KEY_FILE
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = secrets.token_bytes(32)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+            file.write(key)
+    text = json.dumps({"grader": fingerprint, "students": students}, sort_keys=True)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _results_intact(out: Path, row: StudentGrade) -> bool:
+    """Is the student's results JSON the one written with their row?"""
+    try:
+        text = results_path(out, row.student).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return bool(row.results_digest) and hmac.compare_digest(_sha256(text), row.results_digest)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -610,53 +653,170 @@ def run_batch(
     import torch
 
     from grader.grading import preload
+    from grader.sandbox import layers
 
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FOLDER).mkdir(exist_ok=True)
     entries = list_entries(submissions, leave_out=out)
-    fingerprint = grader_fingerprint()
+    fingerprint = _apart(grader_fingerprint)
     previous, checks_changed = ({}, False) if force else load_state(out, fingerprint)
     grades = {entry.student: previous[entry.student] for entry in entries
               if entry.student in previous and previous[entry.student].digest == entry.digest
-              and results_path(out, entry.student).is_file()}
+              and _results_intact(out, previous[entry.student])}
     pending = sorted((entry for entry in entries if entry.student not in grades),
-                     key=lambda entry: -entry.size)  # the largest first: the pool ends sooner
+                     key=lambda entry: -entry.size)  # the largest first: the batch ends sooner
     retry: dict[str, StudentGrade] = {}
     broken = 0
     if progress:
         progress(0, len(pending), 0)
     if len(pending) > 1:  # imported once here, not once per student
         preload(CHAPTERS)
-    # Forked workers inherit torch, already imported, but not OpenMP's
-    # threads: a forked process that computes on several threads hangs in
-    # libgomp. One thread a worker, and as many workers as cores, instead.
-    context = multiprocessing.get_context("fork")
+    torch.set_num_threads(1)  # a process forked while OpenMP's threads exist may hang in them
+
+    def done(entry: Entry, grade: StudentGrade | None) -> None:
+        nonlocal broken
+        if grade is None:  # the grading process itself died (killed, out of memory)
+            grade = _ungraded(entry, "the grader's process stopped while grading this submission; "
+                                     "run the batch again")
+            retry[entry.student] = grade  # in the CSV, not in the state: graded again next run
+        else:
+            grades[grade.student] = grade
+        text = json.dumps(grade.results, indent=2)
+        _write_atomically(results_path(out, grade.student), text)
+        grade.results, grade.results_digest = None, _sha256(text)
+        broken += bool(grade.note)
+        if progress:
+            progress(len(grades) + len(retry) - kept, len(pending), broken)
+
+    kept = len(grades)
     try:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(pending) or 1)), mp_context=context,
-                                 initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            running = {pool.submit(grade_student, entry, options): entry for entry in pending}
-            while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    entry = running.pop(future)
-                    try:
-                        grade = future.result()
-                        grades[grade.student] = grade
-                    except Exception as error:  # the pool's worker itself died (killed, out of memory)
-                        grade = _ungraded(entry, f"the grader's process stopped while grading this "
-                                                 f"submission ({type(error).__name__}); run the batch again")
-                        retry[entry.student] = grade  # in the CSV, not in the state: graded again next run
-                    _write_atomically(results_path(out, grade.student), json.dumps(grade.results, indent=2))
-                    grade.results = None
-                    broken += bool(grade.note)
-                if progress:
-                    progress(len(pending) - len(running), len(pending), broken)
+        grade_each(pending, options, max(1, jobs), done)
     finally:
         # Even when interrupted: what was graded is kept, and not graded again.
         save_state(out, fingerprint, grades)
     rows = [grades.get(entry.student) or retry[entry.student] for entry in entries]
     write_csv(out / CSV_FILE, rows)
-    return BatchResult(rows, {entry.student for entry in pending}, checks_changed, out, options.seed)
+    return BatchResult(rows, {entry.student for entry in pending}, checks_changed, out, options.seed,
+                       isolation.missing(layers()))
+
+
+def _apart(function: Callable[[], str]) -> str:
+    """``function()``, computed in a forked child: what it reads (the
+    reference solutions) never enters this process's memory, from which
+    every student's workers are forked."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            os.write(write_fd, function().encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        text = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return text
+
+
+def student_seconds(options: GradingOptions) -> float:
+    """How long one student's grade may take, whatever the submission does:
+    every exercise's limit, every chapter's file loaded a few times (a line
+    that hangs is skipped and the file run again), and a margin. Past it,
+    the student's grading is stopped and the batch goes on."""
+    limits = Limits.per_check(options.check_seconds)
+    exercises = sum(len(chapter.exercises) for chapter in CHAPTERS)
+    return exercises * limits.exercise_seconds + len(CHAPTERS) * 4 * limits.check_seconds + 30
+
+
+def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
+               done: Callable[[Entry, StudentGrade | None], None]) -> None:
+    """Grade each entry in a process of its own, forked from this one, ``jobs``
+    at a time, and call ``done(entry, grade)`` as each ends (``grade`` None:
+    the process died).
+
+    This process imports neither the checks nor the reference nor the known
+    bugs: each student's grading starts from it, so nothing of another
+    student's run is in its workers' memory. A student whose grading does
+    not end within ``student_seconds`` is stopped, with everything it
+    started, and gets a row that says so.
+    """
+    limit = student_seconds(options)
+    queue = list(entries)
+    running: dict[int, _Grading] = {}  # by the descriptor its answer arrives on
+    reaping.adopt_orphans()
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                grading = _Grading.start(queue.pop(0), options, limit)
+                running[grading.read_fd] = grading
+            wait = max(0.0, min(grading.deadline for grading in running.values()) - time.monotonic())
+            ready, _, _ = select.select(list(running), [], [], wait)
+            for fd in ready:
+                grading = running[fd]
+                if grading.read():
+                    continue
+                del running[fd]
+                done(grading.entry, grading.finish())
+            for fd, grading in list(running.items()):
+                if time.monotonic() > grading.deadline:
+                    del running[fd]
+                    grading.stop()
+                    done(grading.entry, _ungraded(grading.entry, f"grading did not end within {limit:g} s "
+                                                  "and was stopped (a submission that hangs the grader?)"))
+    finally:
+        for grading in running.values():  # interrupted: nothing is left running
+            grading.stop()
+
+
+@dataclass
+class _Grading:
+    """One student's grading, in a child process; its answer comes through a pipe."""
+
+    entry: Entry
+    pid: int
+    read_fd: int
+    deadline: float
+    chunks: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, entry: Entry, options: GradingOptions, seconds: float) -> _Grading:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child never returns into the caller's code
+            try:
+                os.close(read_fd)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the batch's to handle
+                data = pickle.dumps(grade_student(entry, options))
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pipe.write(data)
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        return cls(entry, pid, read_fd, time.monotonic() + seconds)
+
+    def read(self) -> bool:
+        """Read what has arrived; False at the end of the answer."""
+        chunk = os.read(self.read_fd, 2**20)
+        self.chunks.append(chunk)
+        return bool(chunk)
+
+    def finish(self) -> StudentGrade | None:
+        """The grade the child sent (pickled by grader code: student code
+        runs in its workers, whose inherited descriptors point nowhere), or
+        None when it died first."""
+        self.stop()
+        data = b"".join(self.chunks)
+        return pickle.loads(data) if data else None
+
+    def stop(self) -> None:
+        """End the child and everything below it; safe to call twice."""
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+            reaping.stop_tree(self.pid)
 
 
 def write_csv(path: Path, rows: list[StudentGrade]) -> None:
@@ -678,6 +838,8 @@ def print_summary(result: BatchResult, console: Console, top_bugs: int = 10) -> 
     the catalog's known bugs by how many students made them; who could not
     be graded and why; where the files are. Fits 80 columns (a pipe, a log)."""
     rows = result.grades
+    if result.unprotected:  # first: an instructor must know what the class's code could reach
+        console.print(Text(f"warning: {result.unprotected}", style="bold yellow"))
     table = Table(title=f"mha-course batch · {len(rows)} students", title_justify="left",
                   title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("exercise", no_wrap=True)

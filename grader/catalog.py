@@ -107,6 +107,11 @@ MULTI_HEAD_CALLS = (
     "torch.nn.MultiheadAttention",  # found in the source; at run time, by the function it calls
 )
 
+# Forbidden names that stand for a whole library: the exercises in NumPy may
+# not hand their work to torch, nor may a count of parameters build a module,
+# so the worker refuses every torch kernel there.
+WHOLE_LIBRARY = ("torch",)
+
 # The ATen kernels behind the forbidden functions. The worker refuses them at
 # the dispatcher too (a TorchDispatchMode), so a call that steps around the
 # Python-level check (torch.ops.aten._softmax, a disabled TorchFunctionMode)
@@ -148,11 +153,12 @@ CHAPTERS: tuple[Chapter, ...] = (
                 forbidden=ATTENTION_CALLS,
                 uses=("scaled_dot_product_attention",),
             ),
-            Exercise("softmax_numpy", "softmax in NumPy", 1, forbidden=("scipy.special.softmax",)),
+            Exercise("softmax_numpy", "softmax in NumPy", 1, forbidden=("torch", "scipy.special.softmax")),
             Exercise(
                 "scaled_dot_product_attention_numpy",
                 "attention in NumPy",
                 2,
+                forbidden=("torch", "scipy.special.softmax"),
                 uses=("softmax_numpy",),
             ),
         ),
@@ -201,7 +207,8 @@ CHAPTERS: tuple[Chapter, ...] = (
                 forbidden=MULTI_HEAD_CALLS,
                 uses=("split_heads", "merge_heads"),
             ),
-            Exercise("parameter_count", "parameters of the module", 1),
+            # A formula: counting a library module's parameters is not one.
+            Exercise("parameter_count", "parameters of the module", 1, forbidden=("torch",)),
         ),
     ),
     Chapter(

@@ -144,11 +144,12 @@ def grade(
 
     from grader.grading import GraderError, UnrecordedSeed
     from grader.grading import grade as run_grade
+    from grader.isolation import missing
     from grader.report import print_json, print_table
-    from grader.sandbox import Limits
+    from grader.sandbox import Limits, layers
     from grader.shards import default_processes
 
-    limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
+    limits = Limits.per_check(timeout)
     try:
         report = run_grade(chosen, where, limits, seed, jobs=default_processes())
     except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
@@ -156,6 +157,9 @@ def grade(
     except GraderError as error:
         stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(3) from None
+    unprotected = missing(layers())
+    if unprotected:  # on stderr: stdout may be the JSON a program reads
+        stderr.print(f"[yellow]warning:[/] {escape(unprotected)}", highlight=False, soft_wrap=True)
     if as_json:
         print_json(report)
     else:

@@ -9,7 +9,9 @@ forks: forking from it leaves the grader's memory alone, and the reaping of
 killed workers (milliseconds each) happens there too.
 
 The server inherits the parsed submissions, so a request names one by key.
-It never runs student code itself: only its children do (``sandbox``).
+It never runs student code itself: only its children do (``grader.worker``).
+Forked before the grader's checks load the reference and the known bugs,
+it keeps neither in its memory, nor do the workers it forks.
 
 Protocol, over a Unix socket pair: each message is a 4-byte length and a
 JSON object. A ``spawn`` answer carries the grader's ends of the worker's
@@ -23,35 +25,53 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from grader import reaping
 from grader.loading import Submission
 
 _LENGTH = struct.Struct("!I")
 _MAX_FDS = 2
-GRACE_SECONDS = 1.0  # for a worker whose pipe closed to end by itself
+GRACE_SECONDS = 1.0  # for a worker whose pipe closed, or the server, to end by itself
+ANSWER_SECONDS = 10.0  # for the server to answer a request: it forks, or reaps, at once
 
 
 class ForkServerError(RuntimeError):
-    """The fork server stopped answering (a bug of the grader, or it was killed)."""
+    """The fork server stopped answering: killed, stopped, or a bug of the grader."""
 
 
 class ForkServer:
     """Forks workers for the given submissions on request.
 
+    Every request has a deadline (``ANSWER_SECONDS``): a server that misses
+    it is killed, and the next request starts a new one.
+
     Args:
         submissions: what workers may run, by key (a chapter id).
         run_worker: ``run_worker(submission, read_fd, write_fd, request)``,
             the body of a worker; it runs in the forked child and never returns.
+        folder: the folder of the server's workers (``sandbox.fork_server``),
+            removed when the server closes.
     """
 
     def __init__(self, submissions: dict[str, Submission],
-                 run_worker: Callable[[Submission, int, int, dict], None]):
+                 run_worker: Callable[[Submission, int, int, dict], None], folder: Path | None = None):
+        self._submissions = submissions
+        self._run_worker = run_worker
+        self._folder = folder
+        self.pid = 0
+        self._socket: socket.socket | None = None
+        self._start()
+
+    def _start(self) -> None:
+        """Fork the server from this process."""
         grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
         sys.stderr.flush()
@@ -59,20 +79,28 @@ class ForkServer:
         if pid == 0:
             try:
                 grader_end.close()
-                _serve(server_end, submissions, run_worker)
+                _serve(server_end, self._submissions, self._run_worker)
             finally:
+                reaping.stop_descendants()
                 os._exit(0)
         server_end.close()
+        grader_end.settimeout(ANSWER_SECONDS)
         self.pid = pid
-        self._socket: socket.socket | None = grader_end
+        self._socket = grader_end
 
     def spawn(self, key: str, request: dict) -> tuple[int, int, int]:
         """Fork a worker for submission ``key``; ``request`` is handed to it.
 
         Returns ``(pid, fd to write to the worker, fd to read from it)``;
-        the caller owns both descriptors.
+        the caller owns both descriptors. A server that does not answer in
+        time (stopped, wedged, killed) is killed and replaced, once.
         """
-        answer, fds = self._ask({"op": "spawn", "key": key, "request": request})
+        try:
+            answer, fds = self._ask({"op": "spawn", "key": key, "request": request})
+        except ForkServerError:
+            self._stop()
+            self._start()
+            answer, fds = self._ask({"op": "spawn", "key": key, "request": request})
         if len(fds) != 2 or "pid" not in answer:
             for fd in fds:
                 os.close(fd)
@@ -87,23 +115,46 @@ class ForkServer:
         return answer["status"], answer["killed"]
 
     def close(self) -> None:
-        """Stop the server; workers still running die with it."""
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0)
+        """Stop the server, and with it every worker still running; remove
+        the folder of its workers."""
+        self._stop()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def _stop(self) -> None:
+        """End the server: it exits when its socket closes; one that does not
+        within ``GRACE_SECONDS`` (stopped, wedged) is killed."""
+        if self._socket is None:
+            return
+        self._socket.close()
+        self._socket = None
+        deadline = time.monotonic() + GRACE_SECONDS
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)  # killed: returns at once
+                    break
+                time.sleep(0.001)
 
     def _ask(self, message: dict) -> tuple[dict, list[int]]:
+        """One request and its answer. A server that fails to answer is
+        stopped at once: a late answer would be read as the next one's."""
         if self._socket is None:
             raise ForkServerError("the fork server is closed")
+        problem = "the fork server ended"
         try:
             _send(self._socket, message)
             answer = _receive(self._socket)
+        except TimeoutError:
+            answer, problem = None, f"the fork server did not answer within {ANSWER_SECONDS:g} s"
         except OSError as error:
-            raise ForkServerError(f"the fork server failed: {error}") from None
+            answer, problem = None, f"the fork server failed: {error}"
         if answer is None:
-            raise ForkServerError("the fork server ended")
+            self._stop()
+            raise ForkServerError(problem)
         return answer
 
 
@@ -146,6 +197,9 @@ def _serve(sock: socket.socket, submissions: dict[str, Submission],
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
     with contextlib.suppress(OSError, AttributeError):  # Linux only: die with the grader
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    # What a worker leaves behind (where the OS let it start processes) is
+    # this server's to end, when it ends.
+    reaping.adopt_orphans()
     _blank_inherited_fds(keep=sock.fileno())
     # Every object now alive stays as it is: a garbage collection in a
     # worker then walks only the worker's own objects, instead of touching

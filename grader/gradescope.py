@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import io
 import json
 import os
@@ -50,7 +49,6 @@ import pwd
 import re
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -59,6 +57,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import reaping
 from grader.catalog import (
     CHAPTERS,
     COURSE_ROOT,
@@ -359,56 +358,6 @@ def _unfinished(path: Path) -> int:
 # -- keeping student code in its place ------------------------------------------------
 
 
-def _adopt_orphans() -> None:
-    """Become the subreaper of everything forked below this process: a
-    process a submission forks and leaves behind is re-parented here, not
-    to init, so ``_stop_leftovers`` can find it (Linux only)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-
-
-def _children() -> list[int]:
-    """Live children of this process, from /proc (empty where there is none)."""
-    me, found = os.getpid(), []
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()  # the name before it may hold ") "
-            if len(fields) > 1 and fields[1] == str(me) and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def _stop_leftovers(rounds: int = 50) -> int:
-    """Kill and reap whatever student code left running; returns how many.
-
-    Every worker has been stopped by now; what remains below this process
-    was forked by a submission. Killing a process hands its own children to
-    this one (the subreaper), hence the rounds.
-    """
-    stopped = 0
-    for _ in range(rounds):
-        children = _children()
-        if not children:
-            break
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in children:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)  # killed: returns at once
-        stopped += len(children)
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:  # zombies nobody waited for
-            pass
-    return stopped
-
-
 def _drop_root_in_workers(user: str) -> tuple[tuple[int, int] | None, str]:
     """Run every worker started from now on as ``user``, when this process is
     root and that account can run Python; returns its ``(uid, gid)`` (None
@@ -566,7 +515,8 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
 
         import grader.report  # noqa: F401 - used by _results, after the workers
         from grader.grading import grade
-        from grader.sandbox import Limits
+        from grader.isolation import missing
+        from grader.sandbox import Limits, layers
         from grader.shards import default_processes
 
         work = Path(tempfile.mkdtemp(prefix="mha-course-"))
@@ -580,16 +530,16 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
                     copy = work / f"{chapter.module}{source.suffix}"
                     shutil.copyfile(source, copy)
                     targets.append((chapter, copy))
-            os.chmod(work, 0o755)
-            account, line = _drop_root_in_workers(student_user)
-            if account:
-                os.chown(work, *account)  # the student's code may write scratch files there
+            # Workers read a copy of these (the sandbox stages them) and write a
+            # scratch folder of their own: this folder stays root's.
+            _, line = _drop_root_in_workers(student_user)
             if line:
                 log(line)
-            limits = Limits(check_seconds=timeout, exercise_seconds=4 * timeout)
+            log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
+            limits = Limits.per_check(timeout)
             report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
         finally:
-            stopped = _stop_leftovers()
+            stopped = reaping.stop_descendants()
             if stopped:
                 log(f"stopped {stopped} process(es) the submission left running")
             shutil.rmtree(work, ignore_errors=True)
@@ -625,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds for one check")
     parser.add_argument("--student-user", default=STUDENT_USER)
     args = parser.parse_args(argv)
-    _adopt_orphans()  # first, before anything forks
+    reaping.adopt_orphans()  # first, before anything forks
     results_path = args.root / "results" / "results.json"
     try:
         chapters = [find_chapter(name) for name in args.chapters.split()] or list(CHAPTERS)
@@ -634,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
                                    args.student_user, log=lambda line: print(line, flush=True))
     except BaseException as error:  # noqa: BLE001 - Gradescope must get a results.json
         traceback.print_exc()
-        _stop_leftovers()
+        reaping.stop_descendants()
         try:
             write_results(results_path, _failure_results(error))
         except OSError:

@@ -1,9 +1,11 @@
 """Grade submissions: parse them, run the hidden checks, sum up the verdicts.
 
-``grade`` is what ``mha-course grade`` calls, and what later front ends
-(batch grading, the notebook's ``check()``) call too. It runs every chapter's
-checks in one pytest session in this process; student code runs only in the
-workers that ``RemoteSubmission`` forks.
+``grade`` is what ``mha-course grade`` calls, and what the other front ends
+(batch grading, Gradescope, the notebook's ``check()``) call too. It runs
+each chapter's checks in a pytest session of its own, chapters side by side
+in forked copies of this process (``grader.shards``); student code runs only
+in the workers that ``RemoteSubmission`` has forked, and nothing they start
+outlives the grade (``grader.reaping``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import recorded
+from grader import reaping, recorded
 from grader.catalog import Chapter, Exercise
 from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError, load_submission
@@ -141,11 +143,17 @@ def grade(
     # end. Recording a student edition keeps what it records in this process.
     chapters = sorted((chapter for chapter, _ in targets), key=_grading_cost, reverse=True)
     recording = isinstance(recorded.MODE, recorded.Recorder)
+    # Whatever the grade starts is stopped before its report exists: the
+    # processes that were here before it are not its own.
+    reaping.adopt_orphans()
+    before = reaping.descendants()
     try:
         with one_thread():
             found = run_side_by_side(chapters, check, 1 if recording else jobs, server)
     except ShardFailed as error:
         raise GraderError(str(error)) from None
+    finally:
+        reaping.stop_descendants(spare=before)
     results = [result for chapter_results, _ in found for result in chapter_results]
     notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
     exercises = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import types
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TypeVar
@@ -27,7 +27,39 @@ from grader.bugs import KnownBug, known_bugs_catalog
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 
-KNOWN_BUGS = known_bugs_catalog()
+class _Catalog(MutableMapping):
+    """``{chapter id: its bugs}``, read from ``grader/bugs`` on first use.
+
+    Not at import: a grading process forks the server its workers come
+    from before its checks first ask for a bug, so the catalog's edited
+    solution lines are never in a worker's memory (Gradescope, where
+    student code could read its own memory out and print it)."""
+
+    def __init__(self):
+        self._bugs: dict[str, tuple[KnownBug, ...]] | None = None
+
+    def _loaded(self) -> dict[str, tuple[KnownBug, ...]]:
+        if self._bugs is None:
+            self._bugs = known_bugs_catalog()
+        return self._bugs
+
+    def __getitem__(self, chapter_id: str) -> tuple[KnownBug, ...]:
+        return self._loaded()[chapter_id]
+
+    def __setitem__(self, chapter_id: str, bugs: tuple[KnownBug, ...]) -> None:
+        self._loaded()[chapter_id] = bugs
+
+    def __delitem__(self, chapter_id: str) -> None:
+        del self._loaded()[chapter_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+KNOWN_BUGS = _Catalog()
 Item = TypeVar("Item")
 
 

@@ -136,6 +136,23 @@ def _future_flags(tree: ast.Module) -> int:
     return flags
 
 
+def _compile(source: str, filename: str) -> tuple[ast.Module, list[Problem], list]:
+    """Parse ``source`` (repairing syntax errors) and compile each top-level
+    statement on its own: the tree, the problems found, the statements."""
+    tree, problems = parse_with_repairs(source, filename)
+    flags = _future_flags(tree)
+    statements = []
+    for node in tree.body:
+        try:
+            code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec", flags=flags)
+        except SyntaxError as error:  # parses, but does not compile: `return` outside a def
+            name = getattr(node, "name", None)
+            problems.append(Problem(error.lineno or node.lineno, f"syntax error: {error.msg}", name))
+            continue
+        statements.append((node.lineno, code, node))
+    return tree, problems, statements
+
+
 def load_submission(path: Path, module_name: str) -> Submission:
     """Read and parse a ``.py`` or ``.ipynb`` submission; never runs any of its code.
 
@@ -160,18 +177,15 @@ def load_submission(path: Path, module_name: str) -> Submission:
             raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
     if "\0" in source:
         raise SubmissionError(f"{path.name} contains null bytes: is it really a Python file?")
-    filename = str(path)
-    tree, problems = parse_with_repairs(source, filename)
-    flags = _future_flags(tree)
-    statements = []
-    for node in tree.body:
-        try:
-            code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec", flags=flags)
-        except SyntaxError as error:  # parses, but does not compile: `return` outside a def
-            name = getattr(node, "name", None)
-            problems.append(Problem(error.lineno or node.lineno, f"syntax error: {error.msg}", name))
-            continue
-        statements.append((node.lineno, code, node))
+    try:
+        tree, problems, statements = _compile(source, str(path))
+    except (RecursionError, MemoryError, ValueError, OverflowError) as error:
+        # Python's own parser and compiler give up on some files: an
+        # expression nested thousands deep, one too large for memory.
+        why = "nested too deeply" if isinstance(error, RecursionError) else "too large"
+        if isinstance(error, (ValueError, OverflowError)):
+            why = f"not valid Python ({error})"
+        raise SubmissionError(f"{path.name} cannot be parsed: it is {why}") from None
     if notebook is not None:
         problems = [Problem(p.line, p.message, p.name, notebook.where(p.line)) for p in problems]
     return Submission(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grader.catalog import UnknownChapter, chapter_for_file, find_chapter
 
-WORKER_VARIABLE = "MHA_COURSE_WORKER"  # as grader.sandbox sets it in workers
+WORKER_VARIABLE = "MHA_COURSE_WORKER"  # as grader.worker sets it in workers
 
 
 def check(chapter: str | None = None, notebook: str | os.PathLike | None = None) -> int | None:

@@ -18,38 +18,16 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from grader.catalog import Chapter
-from grader.compare import CheckFailure, brief, fail
+from grader import footprint
+from grader.catalog import WHOLE_LIBRARY, Chapter
+from grader.compare import CheckFailure, brief
 from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
+from grader.portability import expect_portable, plain_line
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
-from grader.static_scan import forbidden_calls, is_internal
+from grader.static_scan import forbidden_calls, refusal_message
 from grader.wire import WireError, decode, devices, encode
-
-
-class Largest(NamedTuple):
-    """The largest tensor a call made, as the worker measured it."""
-
-    shape: tuple[int, ...]
-    numel: int
-
-
-class Reduction(NamedTuple):
-    """The widest reduction a call ran: ``op`` (an ATen name: ``amax``, ``sum``, ``bmm``...)
-    combined ``width`` entries of a tensor of shape ``shape`` into each result."""
-
-    op: str
-    width: int
-    shape: tuple[int, ...]
-
-
-class Footprint(NamedTuple):
-    """What a call held at once, as the worker measured it; None where it made no
-    tensor, or ran no reduction."""
-
-    largest: Largest | None
-    reduction: Reduction | None
 
 
 class Signature(NamedTuple):
@@ -176,7 +154,7 @@ class RemoteSubmission:
 
         With ``measure``, this returns ``(value, footprint)``: the largest
         tensor the call made (by the bytes of its storage, views not counted)
-        and the most entries one reduction of it combined (``Footprint``).
+        and the most entries one reduction of it combined (``footprint.Footprint``).
         """
         self.load()
         text = self.call_text(function, args, kwargs, module)
@@ -190,6 +168,11 @@ class RemoteSubmission:
         if budget_left <= 0:
             raise CheckFailure(f"{exercise} used up its time limit of "
                                f"{self.limits.exercise_seconds:g} s", "timeout")
+        try:
+            worker = self._worker_for(exercise)
+        except WorkerDied as death:
+            state.failure = _death_failure(text, death, "")
+            raise state.failure from None
         started = time.monotonic()
         deadline = min(self._check_deadline, started + budget_left)
         limit = (f"{self.limits.check_seconds:g} s" if deadline == self._check_deadline
@@ -206,7 +189,7 @@ class RemoteSubmission:
             "module": module.encode() if module is not None else None,
         }
         try:
-            answer = self._worker_for(exercise).request(request, deadline)
+            answer = worker.request(request, deadline)
         except WorkerDied as death:
             self._stop_worker()
             state.failure = _death_failure(text, death, limit)
@@ -215,9 +198,9 @@ class RemoteSubmission:
             state.spent += time.monotonic() - started
         value = self._read_answer(answer, function, text, args, kwargs, grad, module)
         if portability:
-            _expect_portable(text, answer.get("portability"), self.submission.where)
+            expect_portable(text, answer.get("portability"), self.submission.where)
         if measure:
-            return value, _footprint(text, answer.get("footprint"))
+            return value, footprint.parse(text, answer.get("footprint"))
         return value
 
     def call_text(self, function: str, args: tuple, kwargs: dict,
@@ -272,12 +255,8 @@ class RemoteSubmission:
             self._forbidden_found[exercise] = forbidden_calls(tree, exercise, self._forbidden(exercise))
         if self._forbidden_found[exercise]:
             line, name = self._forbidden_found[exercise][0]
-            where = self.submission.where(line)
-            if is_internal(name):
-                raise CheckFailure(f"{exercise} uses {name} ({where}): torch's internals can step "
-                                   f"around the grader's checks, and no exercise needs them", "forbidden")
-            raise CheckFailure(f"{exercise} calls {name}, which this exercise asks you to write "
-                               f"yourself ({where})", "forbidden")
+            raise CheckFailure(refusal_message(exercise, name, self.submission.where(line), self._forbidden(exercise)),
+                               "forbidden")
 
     def _notebook_hint(self, function: str) -> str:
         """Why a notebook may lack a function: its exercise cell is gone or
@@ -298,9 +277,13 @@ class RemoteSubmission:
 
     def _worker_for(self, exercise: str) -> Worker:
         if self._worker is None:
+            asked = time.monotonic()
             self._worker = Worker(self._fork_server(), self.chapter.id, self.limits,
                                   frozenset(self._loaded_file.skipped))
             self._worker_exercise = exercise
+            # Starting it is the grader's time, not the check's (longer when
+            # a fork server had to be replaced).
+            self._check_deadline += time.monotonic() - asked
         return self._worker
 
     def _stop_worker(self) -> None:
@@ -376,11 +359,7 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _plain_line(line: int) -> str:
-    return f"line {line}"
-
-
-def _error_failure(text: str, error: object, locate=_plain_line) -> CheckFailure:
+def _error_failure(text: str, error: object, locate=plain_line) -> CheckFailure:
     """The message for an exception raised inside the student's function;
     ``locate(line)`` says where a line is (``line 12``, or a notebook cell)."""
     if not isinstance(error, dict):
@@ -391,73 +370,20 @@ def _error_failure(text: str, error: object, locate=_plain_line) -> CheckFailure
     where = f" at {locate(line)}" + (f" ({code})" if code else "") if type(line) is int and line else ""
     if kind == "NotImplementedError":
         return CheckFailure("not implemented yet", "not-implemented")
+    if kind == "Forbidden" and message in WHOLE_LIBRARY:
+        return CheckFailure(f"{text} uses {message}: this exercise is written without {message}", "forbidden")
     if kind == "Forbidden":
         return CheckFailure(f"{text} calls {message}, which this exercise asks you to write "
                             "yourself", "forbidden")
+    if kind == "GuardsAltered":
+        return CheckFailure(f"{text} changed the grader's checks in its process (a mode popped or "
+                            "turned off, a method replaced): no exercise needs that", "forbidden")
     if kind == "MemoryError":
         return CheckFailure(f"{text} ran out of memory{where}", "memory")
     if kind == "SystemExit":
         return CheckFailure(f"{text} {message}{where}; return a value instead", "exit")
     detail = f": {message}" if message else ""
     return CheckFailure(f"{text} raised {kind}{where}{detail}", "error")
-
-
-def _expect_portable(text: str, problem: object, locate=_plain_line) -> None:
-    """Fail with what the worker's device tracking found would go wrong on a GPU."""
-    if not isinstance(problem, dict):
-        return
-    made = problem.get("made") if isinstance(problem.get("made"), list) else []
-    lines = [line for line in (_line_text(frame, locate) for frame in made) if line]
-    where = _line_text(problem, locate)
-    if lines and lines[0] == where:
-        origin = "it makes on the CPU itself"
-    elif lines:
-        origin = f"made on the CPU at {lines[0]}" + "".join(f", called from {line}" for line in lines[1:])
-    else:
-        origin = "made on the CPU when your file was imported"
-    advice = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
-    if problem.get("kind") == "returned":
-        fail(f"{text} would return a tensor on the CPU when run on a GPU: it is {origin}; {advice}",
-             "device")
-    fail(f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
-         f"{origin}; {advice}", "device")
-
-
-def _line_text(where: object, locate=_plain_line) -> str:
-    """``line 12 (mask = torch.ones(T, T))`` from a worker's ``{"line", "code"}``."""
-    if not isinstance(where, dict) or type(where.get("line")) is not int or not where["line"]:
-        return ""
-    code = str(where.get("code", "")).strip()
-    if "  #" in code:  # a comment says nothing the student does not have in front of them
-        code = code[: code.index("  #")].rstrip()
-    if code.endswith(("(", "[", "{", ",", "\\")):
-        code += " ..."  # the statement goes on over more lines
-    return locate(where["line"]) + (f" ({code})" if code else "")
-
-
-def _footprint(text: str, found: object) -> Footprint:
-    """The worker's measurements, checked: they come from a process running student code."""
-    def sizes(value) -> bool:
-        return isinstance(value, list) and all(type(size) is int and size >= 0 for size in value)
-
-    def count(value) -> bool:
-        return type(value) is int and value >= 0
-
-    largest, reduction = (found.get(key) if isinstance(found, dict) else None for key in ("largest", "reduction"))
-    well_formed = isinstance(found, dict) and (
-        largest is None
-        or isinstance(largest, dict) and sizes(largest.get("shape")) and count(largest.get("numel"))
-    ) and (
-        reduction is None
-        or isinstance(reduction, dict) and sizes(reduction.get("shape")) and count(reduction.get("width"))
-        and isinstance(reduction.get("op"), str)
-    )
-    if not well_formed:
-        raise CheckFailure(f"{text}: the worker sent back a malformed measurement", "protocol")
-    return Footprint(
-        Largest(tuple(largest["shape"]), largest["numel"]) if largest is not None else None,
-        Reduction(reduction["op"][:40], reduction["width"], tuple(reduction["shape"])) if reduction is not None
-        else None)
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:

@@ -1,115 +1,543 @@
-"""Find forbidden calls in a submission's source, without running it.
+"""Refuse, without running it, the code an exercise may not contain.
 
 The worker refuses a forbidden function when it is called (a
-``TorchFunctionMode``). This scan reads the syntax tree in the grader and
-finds the calls the run may not reach: a branch the checks' inputs never
-take, a helper the exercise calls. Names are resolved through the file's
-imports (``import torch.nn.functional as F`` makes ``F.softmax`` the
-forbidden ``torch.nn.functional.softmax``); a method call ``x.softmax(...)``
-on anything that is not a module is ``torch.Tensor.softmax``.
+``TorchFunctionMode``, and a ``TorchDispatchMode`` for the kernels below).
+This scan reads the syntax tree in the grader and looks for two things:
 
-The same walk finds references to torch's internals (``torch._C``,
-``torch.ops``, the mode stacks): the ways around the worker's run-time
-guards. An attention exercise never needs them.
+* The exercise's forbidden names, also on the paths the checks' inputs never
+  take. A forbidden entry names a family: ``torch.nn.MultiheadAttention``
+  also forbids ``torch.nn.MultiheadAttention.forward``, and ``torch`` (a
+  NumPy exercise) every ``torch.*`` name. They are looked for in the
+  exercise's own code: its definition and the file's helpers it uses.
+* Escape hatches: the ways around the worker's guards and out of the
+  exercise (torch's internals and private names, ``sys.modules``,
+  ``importlib``, ``exec``, frames, the interpreter's dunders, modules such
+  as ``os`` or ``threading``). No exercise needs one, so every exercise
+  refuses them: in its own code and in the code that runs when the file is
+  imported (top-level statements, decorators, class bodies, and the helpers
+  those use), which runs before every exercise.
+
+Names are judged, not imports: ``import torch.nn.functional as F``,
+``T = torch`` and ``m = torch.nn.functional`` all make the name resolve like
+the module, so ``T.softmax`` is ``torch.softmax`` and ``T._C`` is
+``torch._C``. ``getattr(torch, "_" + "C")`` is read as ``torch._C``; a
+``getattr`` on a module whose name is computed is refused, since nothing
+can tell what it reaches.
+
+Every walk here is iterative or bounded: a submission deep enough to make a
+recursive walk raise ``RecursionError`` must not crash the grader.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import bisect
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from grader.catalog import WHOLE_LIBRARY
 
 # Ways around the worker's guards: turning off or popping its torch-function
-# and dispatch modes, or calling ATen kernels by name.
-INTERNALS = ("torch._C", "torch.ops", "torch.overrides", "torch.utils._python_dispatch")
+# and dispatch modes, registering kernels, or calling ATen kernels by name.
+INTERNALS = ("torch._C", "torch.ops", "torch.overrides", "torch.library", "torch.utils._python_dispatch")
+
+# Dotted names refused with everything below them (``sys.modules[...]``).
+REFUSED_NAMES = INTERNALS + (
+    # The interpreter's own tables, hooks and frames.
+    "sys.modules", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache",
+    "sys.settrace", "sys.setprofile", "sys.gettrace", "sys.getprofile", "sys.monitoring",
+    "sys.addaudithook", "sys.exc_info", "sys.exception", "sys.last_traceback", "sys.last_exc",
+    # Attribute access with a name made at run time.
+    "operator.attrgetter", "operator.methodcaller",
+    # Code that runs where the guards do not: other processes and threads
+    # (torch's modes belong to one thread), compiled extensions, unpickled
+    # objects (torch.load can run any code a file holds).
+    "torch.multiprocessing", "torch.utils.cpp_extension", "torch.jit.fork", "torch.hub",
+    "torch.package", "torch.load", "torch.serialization",
+)
+
+# Modules an exercise file may not import (nor anything inside them). Honest
+# attention code needs none of them: each reaches the grader, the interpreter,
+# the process or other threads.
+REFUSED_MODULES = frozenset({
+    "grader", "__main__",  # the grader's own code: its checks, its references
+    "builtins", "importlib", "pkgutil", "zipimport", "runpy", "code", "codeop",  # run code by name
+    "inspect", "gc", "traceback", "pdb", "bdb",  # frames and every live object, the guards included
+    "ctypes", "mmap",  # raw memory
+    "pickle", "marshal", "copyreg", "shelve",  # objects and code built from bytes
+    "os", "posix", "nt", "subprocess", "pty", "signal", "resource", "socket",  # the process and its limits
+    "fcntl", "select", "selectors", "faulthandler",  # file descriptors: the grader's pipe among them
+    "shutil", "pathlib", "io",  # files, and file descriptors such as the grader's pipe
+    "threading", "_thread", "multiprocessing", "concurrent", "asyncio",  # code outside the guards
+})
+
+# Names inside a refused module that an exercise file may still use: the
+# notebook's last cell, ``from grader import check``, copied into a graded
+# cell (the worker does not grade again).
+ALLOWED_NAMES = frozenset({"grader.check"})
+
+# Builtins that run, import or expose code by name; refused wherever they are named.
+REFUSED_BUILTINS = frozenset({
+    "exec", "eval", "compile", "globals", "vars", "locals", "breakpoint",
+    "__import__", "__builtins__", "__loader__", "__spec__", "importlib", "builtins",
+})
+
+# Attributes refused on anything: the interpreter's internals (a class's
+# subclasses, a function's globals, a frame's callers) and torch's mode switches.
+REFUSED_ATTRIBUTES = frozenset({
+    "__globals__", "__builtins__", "__subclasses__", "__code__", "__closure__", "__mro__",
+    "__bases__", "__base__", "__dict__", "__getattribute__", "__getattr__", "__self__", "__func__",
+    "__loader__", "__spec__", "__reduce__", "__reduce_ex__", "__wrapped__", "__traceback__",
+    "__import__",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next",
+    "gi_frame", "cr_frame", "ag_frame",
+    "DisableTorchFunction", "DisableTorchFunctionSubclass", "TorchFunctionMode", "TorchDispatchMode",
+})
+# Of those, the ones an object may use on itself: ``self.__dict__.update(...)``,
+# ``super().__getattr__(name)`` in a module that overrides it.
+OWN_ATTRIBUTES = frozenset({"__dict__", "__getattr__"})
+
+# The builtins that reach an attribute by a name given as a string.
+ATTRIBUTE_BUILTINS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+
+_OWN_OBJECTS = frozenset({"self", "cls"})
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_LITERAL_DEPTH = 64  # deeper string arithmetic counts as computed
+_WRITTEN_NODES = 12  # larger expressions are named by their attribute alone
 
 
 def forbidden_calls(tree: ast.Module, exercise: str, forbidden: Iterable[str]) -> list[tuple[int, str]]:
-    """``[(line, dotted name)]`` of the forbidden calls the exercise's code
-    makes, and of its references to torch's internals (``INTERNALS``).
+    """``[(line, name)]``, sorted, of what the exercise may not use: the
+    forbidden names its own code reaches and the escape hatches of the code
+    that runs for it. ``refusal_message`` turns one into a sentence.
 
     Args:
         tree: the whole submission.
-        exercise: the function or class the exercise asks for; its body, the
-            bodies of the file's functions and classes it uses (directly or
-            not) and the file's top-level statements (they run before every
-            exercise) are scanned.
+        exercise: the function or class the exercise asks for; its body and
+            the bodies of the file's functions and classes it uses (directly
+            or not) are scanned for both; the code that runs when the file is
+            imported, for escape hatches only (they cost every exercise).
         forbidden: dotted names, as the catalog lists them.
     """
-    forbidden = set(forbidden)
     definitions = {node.name: node for node in tree.body
                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    if exercise not in definitions:
-        return []
-    aliases = _aliases(tree)
-    methods = {name.rpartition(".")[2]: name for name in forbidden if name.startswith("torch.Tensor.")}
-    top_level = [node for node in tree.body if node not in definitions.values()]
-    found, seen, todo = [], set(), [exercise]
-    for node in top_level:
-        for item in ast.walk(node):
-            if isinstance(item, ast.Name) and item.id in definitions:
-                todo.append(item.id)  # called at import: scanned too
+    scope = _Scope.of(tree)
+    own = _reached([definitions[exercise]], definitions, scope) if exercise in definitions else []
+    shared = _reached(_import_time(tree), definitions, scope)
+    found = set()
+    for node in own + shared:
+        found.update(_escape_hatches(node, scope))
+    families = frozenset(forbidden)
+    for node in own:
+        found.update(_forbidden_names(node, scope, families))
+    return _longest_per_line(found)
+
+
+def refusal_message(exercise: str, name: str, where: str, forbidden: Iterable[str] = ()) -> str:
+    """The sentence a student reads for a finding of ``forbidden_calls``:
+    ``where`` says where its line is (``line 12``, a notebook's cell);
+    ``forbidden`` is the exercise's catalog entry, which the finding came from."""
+    library = next((family for family in forbidden if family in WHOLE_LIBRARY and _in_family(name, {family})), None)
+    if library is not None and not _is_escape_hatch(name):
+        return f"{exercise} uses {name} ({where}): this exercise is written without {library}"
+    if not _is_escape_hatch(name):
+        return f"{exercise} calls {name}, which this exercise asks you to write yourself ({where})"
+    if _DOTTED.fullmatch(name) and any(_is_private(part) for part in name.split(".")):
+        return (f"{exercise} uses {name} ({where}): the grader refuses private names (a leading _) "
+                "in exercise files, except on self and cls, since they can reach around its "
+                "checks; no exercise needs them")
+    return (f"{exercise} uses {name} ({where}): the grader refuses it in exercise files, since it "
+            "can reach around the grader's checks; no exercise needs it")
+
+
+def _is_escape_hatch(name: str) -> bool:
+    """Is a finding's ``name`` an escape hatch (not a forbidden name)? A name
+    that is not dotted is code as written (``getattr(torch, name)``), which
+    only the escape-hatch rules report."""
+    if not _DOTTED.fullmatch(name):
+        return True
+    if name in ALLOWED_NAMES:
+        return False
+    parts = name.split(".")
+    return (name in REFUSED_BUILTINS or parts[0] in REFUSED_MODULES
+            or any(_is_private(part) or part in REFUSED_ATTRIBUTES for part in parts)
+            or any(name == refused or name.startswith(refused + ".") for refused in REFUSED_NAMES))
+
+
+def _is_private(name: str) -> bool:
+    """``_C``, ``_pop_mode``: a leading underscore, and not a dunder."""
+    return name.startswith("_") and not (len(name) > 4 and name.startswith("__") and name.endswith("__"))
+
+
+def _longest_per_line(found: set[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``found`` without the prefixes of a longer name on the same line:
+    ``torch._C.DisableTorchFunction``, not also ``torch._C``."""
+    ordered = sorted(found)
+    kept = []
+    for line, name in ordered:
+        # The first name after ``name.`` in sorted order is the one that could extend it.
+        after = bisect.bisect_left(ordered, (line, name + "."))
+        if not (after < len(ordered) and ordered[after][0] == line
+                and ordered[after][1].startswith(name + ".")):
+            kept.append((line, name))
+    return kept
+
+
+# -- what the exercise's run reaches -----------------------------------------
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What the file's names are: ``aliases`` maps a name to the dotted name
+    it resolves to (``{"F": "torch.nn.functional", "T": "torch"}``);
+    ``defined`` holds the functions and classes the file defines."""
+
+    aliases: dict[str, str]
+    defined: frozenset[str]
+    classes: frozenset[str]
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> _Scope:
+        definitions = [node for node in ast.walk(tree)
+                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        return cls(_aliases(tree), frozenset(node.name for node in definitions),
+                   frozenset(node.name for node in definitions if isinstance(node, ast.ClassDef)))
+
+    def is_own(self, node: ast.AST) -> bool:
+        """Is ``node`` an object reaching its own attributes: ``self``,
+        ``cls``, ``super()``, ``type(self)`` or one of the file's classes?"""
+        if isinstance(node, ast.Name):
+            return node.id not in self.aliases and (node.id in _OWN_OBJECTS or node.id in self.classes)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "super":
+                return True
+            return (node.func.id == "type" and len(node.args) == 1 and isinstance(node.args[0], ast.Name)
+                    and node.args[0].id in _OWN_OBJECTS)
+        return False
+
+
+def _import_time(tree: ast.Module) -> list[ast.AST]:
+    """The code that runs when the file is imported, before any exercise:
+    top-level statements, and of each definition its decorators, defaults
+    and annotations (and a class's whole body, but not its methods' bodies)."""
+    nodes, todo = [], list(tree.body)
     while todo:
-        name = todo.pop()
-        if name in seen or name not in definitions:
-            continue
-        seen.add(name)
-        found += _scan(definitions[name], {**aliases, **_aliases(definitions[name])}, forbidden, methods,
-                       definitions, todo)
-    for node in top_level:
-        found += _scan(node, aliases, forbidden, methods, definitions, [])
-    # torch._C.DisableTorchFunction, not also its prefix torch._C on that line
-    return sorted({(line, name) for line, name in found
-                   if not any(other.startswith(name + ".") for at, other in found if at == line)})
+        statement = todo.pop()
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nodes += statement.decorator_list + _signature(statement.args)
+            nodes += [statement.returns] if statement.returns else []
+        elif isinstance(statement, ast.ClassDef):
+            nodes += statement.decorator_list + statement.bases + statement.keywords
+            todo += statement.body
+        else:
+            nodes.append(statement)
+    return nodes
 
 
-def _scan(node: ast.AST, local: dict[str, str], forbidden: set[str], methods: dict[str, str],
-          definitions: dict[str, ast.AST], todo: list[str]) -> list[tuple[int, str]]:
-    """The forbidden names and internals ``node`` reaches; the file's own
-    functions it names are added to ``todo``."""
-    found = []
+def _signature(arguments: ast.arguments) -> list[ast.AST]:
+    """The defaults and annotations of a function: evaluated at its ``def``."""
+    named = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+    named += [arg for arg in (arguments.vararg, arguments.kwarg) if arg]
+    return ([arg.annotation for arg in named if arg.annotation] + arguments.defaults
+            + [default for default in arguments.kw_defaults if default])
+
+
+def _reached(roots: list[ast.AST], definitions: dict[str, ast.AST], scope: _Scope) -> list[ast.AST]:
+    """``roots`` and the file's functions and classes they use, directly or not."""
+    seen = {name for name, node in definitions.items() if any(node is root for root in roots)}
+    reached, todo = [], list(roots)
+    while todo:
+        node = todo.pop()
+        reached.append(node)
+        for item in ast.walk(node):
+            if (isinstance(item, ast.Name) and item.id in definitions and item.id not in scope.aliases
+                    and item.id not in seen):
+                seen.add(item.id)
+                todo.append(definitions[item.id])
+    return reached
+
+
+# -- name chains -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Chains:
+    """The name chains of one piece of code (``torch.nn.functional.softmax``,
+    ``getattr(torch, "_C").DisableTorchFunction``), each link a node.
+
+    Only the outermost link of a chain is judged by its dotted name: a
+    shorter one is a prefix of it, and resolving every link of a long chain
+    would cost its length squared.
+    """
+
+    inner: frozenset[int]  # ids of the links inside a longer chain
+    resolving: frozenset[int]  # ids of the links of chains that start at an import
+
+    @classmethod
+    def of(cls, node: ast.AST, aliases: dict[str, str]) -> _Chains:
+        below = {}  # id of a link -> the next link down
+        for item in ast.walk(node):
+            link = _below(item, aliases)
+            if link is not None:
+                below[id(item)] = link
+        inner = {id(link) for link in below.values()}
+        resolving = set()
+        for item in ast.walk(node):
+            if id(item) in inner or not (id(item) in below or isinstance(item, ast.Name)):
+                continue
+            chain = [item]
+            while id(chain[-1]) in below:
+                chain.append(below[id(chain[-1])])
+            if isinstance(chain[-1], ast.Name) and chain[-1].id in aliases:
+                resolving.update(id(link) for link in chain)
+        return cls(frozenset(inner), frozenset(resolving))
+
+    def outermost(self, node: ast.AST) -> bool:
+        """Is ``node`` the whole of a chain that starts at an import?"""
+        return id(node) in self.resolving and id(node) not in self.inner
+
+
+def _below(node: ast.AST, aliases: dict[str, str]) -> ast.AST | None:
+    """The next link down a chain: ``x`` for ``x.attr`` and ``getattr(x, "attr")``."""
+    if isinstance(node, ast.Attribute):
+        return node.value
+    if _is_literal_getattr(node, aliases):
+        return node.args[0]
+    return None
+
+
+# -- escape hatches ------------------------------------------------------------
+
+
+def _escape_hatches(node: ast.AST, scope: _Scope) -> Iterator[tuple[int, str]]:
+    """The escape hatches in ``node``, as ``(line, name)``."""
+    chains = _Chains.of(node, scope.aliases)
+    called = {id(item.func) for item in ast.walk(node) if isinstance(item, ast.Call)}
     for item in ast.walk(node):
-        if isinstance(item, ast.Name) and item.id in definitions and item.id not in local:
-            todo.append(item.id)  # a helper of the file: scanned too
-        if not isinstance(item, (ast.Call, ast.Attribute, ast.Name)):
-            continue
-        target = item.func if isinstance(item, ast.Call) else item
-        dotted = _dotted(target, local)
-        if dotted in forbidden or (dotted and is_internal(dotted) and not isinstance(item, ast.Call)):
-            found.append((item.lineno, dotted))
-        elif (isinstance(item, ast.Call) and isinstance(target, ast.Attribute)
-              and target.attr in methods and dotted is None):
-            found.append((item.lineno, methods[target.attr]))
-    return found
+        if isinstance(item, (ast.Import, ast.ImportFrom)):
+            yield from ((item.lineno, name) for name in _imported(item) if _is_escape_hatch(name))
+        elif chains.outermost(item):
+            dotted = _dotted(item, scope.aliases)
+            if _is_escape_hatch(dotted):
+                yield item.lineno, dotted
+        elif isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            yield from _refused_name(item, scope, id(item) in called)
+        if isinstance(item, ast.Attribute) and id(item) not in chains.resolving:
+            yield from _refused_attribute(item.value, item.attr, item.lineno, scope)
+        elif isinstance(item, ast.Call):
+            yield from _refused_lookup(item, scope, chains)
 
 
-def is_internal(dotted: str) -> bool:
-    """Is ``dotted`` one of torch's internals (``INTERNALS``) or inside one?"""
-    return any(dotted == prefix or dotted.startswith(prefix + ".") for prefix in INTERNALS)
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted names an import binds: ``torch._C`` for ``from torch import
+    _C``, the module itself for ``from os import *``. Relative imports find
+    nothing in a single file; they fail on their own."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level or not node.module:
+        return []
+    return [node.module if alias.name == "*" else f"{node.module}.{alias.name}" for alias in node.names]
 
 
-def _aliases(node: ast.AST) -> dict[str, str]:
-    """What the imports in ``node`` bind: ``{"F": "torch.nn.functional"}``."""
-    names = {}
+def _refused_name(node: ast.Name, scope: _Scope, called: bool) -> Iterator[tuple[int, str]]:
+    """``exec``, ``globals``, a ``getattr`` passed around (whose calls this
+    scan could not follow). Names bound by imports are judged as chains."""
+    if node.id in scope.aliases or node.id in scope.defined:
+        return
+    if node.id in REFUSED_BUILTINS:
+        yield node.lineno, node.id
+    elif node.id in ATTRIBUTE_BUILTINS and not called:
+        yield node.lineno, f"{node.id} as a value"
+
+
+def _refused_attribute(base: ast.AST, attr: str, line: int, scope: _Scope) -> Iterator[tuple[int, str]]:
+    """``base.attr`` (or ``getattr(base, "attr")``), ``base`` not reached
+    through an import: a private name outside ``self``, the interpreter's
+    dunders, frames, torch's mode switches."""
+    if _is_private(attr) and not scope.is_own(base):
+        yield line, _written_attribute(base, attr)
+    elif attr in REFUSED_ATTRIBUTES and not (attr in OWN_ATTRIBUTES and scope.is_own(base)):
+        yield line, _written_attribute(base, attr)
+
+
+def _refused_lookup(call: ast.Call, scope: _Scope, chains: _Chains) -> Iterator[tuple[int, str]]:
+    """``getattr(x, "_C")`` is ``x._C``; ``getattr(torch, name)``, a name
+    computed at run time on a module, could be anything."""
+    function = call.func
+    if not (isinstance(function, ast.Name) and function.id in ATTRIBUTE_BUILTINS
+            and function.id not in scope.aliases and function.id not in scope.defined):
+        return
+    if len(call.args) < 2 or any(isinstance(arg, ast.Starred) for arg in call.args[:2]):
+        yield call.lineno, _written(call) or f"{function.id}(*...)"
+        return
+    target, name = call.args[0], _literal(call.args[1])
+    if name is not None:
+        if function.id != "hasattr" and id(call) not in chains.resolving:  # asking is harmless
+            yield from _refused_attribute(target, name, call.lineno, scope)
+    elif id(target) in chains.resolving:
+        yield call.lineno, _written(call) or f"{function.id}({_dotted(target, scope.aliases)}, ...)"
+
+
+# -- forbidden names -----------------------------------------------------------
+
+
+def _forbidden_names(node: ast.AST, scope: _Scope, forbidden: frozenset[str]) -> Iterator[tuple[int, str]]:
+    """The names of the ``forbidden`` families ``node`` reaches. A method of
+    something that is not a module, ``x.softmax``, is ``torch.Tensor.softmax``
+    when that is forbidden."""
+    methods = {name.rpartition(".")[2]: name for name in forbidden if name.startswith("torch.Tensor.")}
+    chains = _Chains.of(node, scope.aliases)
     for item in ast.walk(node):
+        if isinstance(item, (ast.Name, ast.Attribute)) and not isinstance(item.ctx, ast.Load):
+            continue  # binding or patching a name is not using it
+        if chains.outermost(item):
+            dotted = _dotted(item, scope.aliases)
+            if _in_family(dotted, forbidden):
+                yield item.lineno, dotted
+        elif id(item) not in chains.resolving:
+            pair = _attribute_pair(item, scope)
+            if pair is not None and pair[1] in methods and not scope.is_own(pair[0]):
+                yield item.lineno, methods[pair[1]]
+
+
+def _in_family(dotted: str, families: frozenset[str]) -> bool:
+    """Is ``dotted`` one of ``families`` or below one of them?"""
+    return any(dotted == family or dotted.startswith(family + ".") for family in families)
+
+
+def _attribute_pair(node: ast.AST, scope: _Scope) -> tuple[ast.AST, str] | None:
+    """``(x, "softmax")`` for ``x.softmax`` and ``getattr(x, "softmax")``."""
+    if isinstance(node, ast.Attribute):
+        return node.value, node.attr
+    if _is_literal_getattr(node, scope.aliases):
+        return node.args[0], _literal(node.args[1])
+    return None
+
+
+# -- resolving names ---------------------------------------------------------
+
+
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """What the file's names resolve to, anywhere in it: the imports
+    (``{"F": "torch.nn.functional"}``), then simple assignments of what
+    resolves (``T = torch``, ``a, b = torch, np``, ``sm = torch.softmax``).
+    A name bound to several things resolves to the first that resolves."""
+    names, assigned = {}, []
+    for item in ast.walk(tree):
         if isinstance(item, ast.Import):
             for alias in item.names:
-                if alias.asname:
-                    names[alias.asname] = alias.name
-                else:
-                    first = alias.name.partition(".")[0]
-                    names[first] = first
+                first = alias.name.partition(".")[0]
+                names.setdefault(alias.asname or first, alias.name if alias.asname else first)
         elif isinstance(item, ast.ImportFrom) and item.module and not item.level:
             for alias in item.names:
-                names[alias.asname or alias.name] = f"{item.module}.{alias.name}"
+                if alias.name != "*":
+                    names.setdefault(alias.asname or alias.name, f"{item.module}.{alias.name}")
+        elif isinstance(item, ast.Assign):
+            for target in item.targets:
+                assigned += _bindings(target, item.value)
+        elif isinstance(item, (ast.AnnAssign, ast.NamedExpr)) and item.value is not None:
+            assigned += _bindings(item.target, item.value)
+    # An alias of an alias resolves once its source has: each waits on the
+    # name its chain starts at, and is resolved once, in time linear overall.
+    waiting: dict[str, list[tuple[str, ast.AST]]] = {}
+    for name, value in assigned:
+        start = _chain_start(value, names)
+        if start is not None:
+            waiting.setdefault(start, []).append((name, value))
+    todo = list(names)
+    while todo:
+        for name, value in waiting.pop(todo.pop(), []):
+            dotted = _dotted(value, names)
+            if name not in names and dotted is not None:
+                names[name] = dotted
+                todo.append(name)
     return names
+
+
+def _chain_start(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The name a chain starts at: ``torch`` for ``torch.nn.functional``."""
+    while _below(node, aliases) is not None:
+        node = _below(node, aliases)
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _bindings(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
+    """``[(name, value)]`` a simple assignment binds: ``T = torch``, and
+    ``a, b = torch, np`` pair by pair (nested tuples too, without recursing)."""
+    pairs, todo = [], [(target, value)]
+    while todo:
+        target, value = todo.pop()
+        if isinstance(target, ast.Name):
+            pairs.append((target.id, value))
+        elif (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+                and len(target.elts) == len(value.elts)
+                and not any(isinstance(node, ast.Starred) for node in target.elts + value.elts)):
+            todo += zip(target.elts, value.elts)
+    return pairs
 
 
 def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
     """``F.softmax`` -> ``torch.nn.functional.softmax`` when ``F`` is an
-    imported module; None for anything not reached through an import."""
-    if isinstance(node, ast.Name):
-        return aliases.get(node.id)
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value, aliases)
-        return f"{base}.{node.attr}" if base else None
-    return None
+    imported module (``getattr(F, "softmax")`` too); None for anything not
+    reached through an import. Iterative: chains may be long."""
+    parts = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif _is_literal_getattr(node, aliases):
+            parts.append(_literal(node.args[1]))
+            node = node.args[0]
+        elif isinstance(node, ast.Name) and node.id in aliases:
+            return ".".join([aliases[node.id], *reversed(parts)])
+        else:
+            return None
+
+
+def _is_literal_getattr(node: ast.AST, aliases: dict[str, str]) -> bool:
+    """``getattr(x, "name")`` (or with a default), the name known in the source."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and "getattr" not in aliases and len(node.args) in (2, 3)
+            and not any(isinstance(arg, ast.Starred) for arg in node.args)
+            and _literal(node.args[1]) is not None)
+
+
+def _literal(node: ast.AST, depth: int = 0) -> str | None:
+    """The string ``node`` always is: ``"_C"``, ``"_" + "C"``, ``f"{'_'}C"``,
+    ``"".join(["_", "C"])``; None when it is computed at run time."""
+    if depth > _LITERAL_DEPTH:
+        return None
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    parts = None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.JoinedStr):
+        parts = [value.value if isinstance(value, ast.FormattedValue) and not value.format_spec
+                 and value.conversion == -1 else value for value in node.values]
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+          and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], (ast.List, ast.Tuple))):
+        separator = _literal(node.func.value, depth + 1)
+        pieces = [_literal(piece, depth + 1) for piece in node.args[0].elts]
+        return None if separator is None or None in pieces else separator.join(pieces)
+    if parts is None:
+        return None
+    pieces = [_literal(part, depth + 1) for part in parts]
+    return None if None in pieces else "".join(pieces)
+
+
+def _written(node: ast.AST) -> str | None:
+    """``node`` as the student wrote it, when it is short; None otherwise
+    (``ast.unparse`` recurses: a small tree keeps it safe)."""
+    if next(itertools.islice(ast.walk(node), _WRITTEN_NODES, None), None) is not None:
+        return None
+    text = ast.unparse(node)
+    return text if "\n" not in text else None
+
+
+def _written_attribute(base: ast.AST, attr: str) -> str:
+    """``x._C`` as written, or ``_C`` alone when ``x`` is long."""
+    written = _written(base)
+    return f"{written}.{attr}" if written else attr

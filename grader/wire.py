@@ -261,3 +261,16 @@ def devices(node: object) -> set[str]:
         if node.get("kind") == "module":  # a returned model's parameters
             found |= devices(node.get("state"))
     return found
+
+
+def flatten(value: object):
+    """The items of nested tuples, lists and dict values (of a call's
+    arguments or answer, in the worker)."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from flatten(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from flatten(item)
+    else:
+        yield value

@@ -7,11 +7,15 @@ adds a trick, and must still score what the honest code would.
 import json
 
 import pytest
-import torch
 
 from conftest import SOLUTION, STUB, assert_fails_alone, replace_function, result_of, statuses
 
 STUB_WITH = STUB + "\n"
+# Why the static scan refuses an escape hatch, after "{exercise} uses {name} (line N): ".
+ESCAPE = ("the grader refuses it in exercise files, since it can reach around the grader's checks; "
+          "no exercise needs it")
+PRIVATE = ("the grader refuses private names (a leading _) in exercise files, except on self and cls, "
+           "since they can reach around its checks; no exercise needs them")
 
 
 # self_attention returns the values unweighted: wrong, and nothing calls it.
@@ -29,23 +33,39 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     "torch.testing.assert_close = lambda *a, **k: None\n",
     "import numpy\nnumpy.testing.assert_allclose = lambda *a, **k: None\n"
     "numpy.allclose = lambda *a, **k: True\n",
-    "import pytest\npytest.fail = lambda *a, **k: None\n"
-    "import _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n",
+    "import pytest\npytest.fail = lambda *a, **k: None\n",
     # Pretending the run went well.
     'print("PASSED"); print(\'{"score": 11, "max_score": 11}\')\n',
-    'import pathlib\nfor folder in (pathlib.Path.cwd(), pathlib.Path.home()):\n'
-    '    (pathlib.Path(folder) / "results.json").write_text(\'{"score": 11, "tests": []}\')\n',
+    'with open("results.json", "w") as results:\n    results.write(\'{"score": 11, "tests": []}\')\n',
     # Ending the run "cleanly".
     "import sys\nsys.exit(0)\n",
-    "import os\nos._exit(0)\n",
-], ids=["torch-allclose", "numpy-testing", "pytest-internals", "fake-output", "results-json",
-        "sys-exit", "os-exit"])
+], ids=["torch-allclose", "numpy-testing", "pytest-fail", "fake-output", "results-json", "sys-exit"])
 def test_tricks_at_import_turn_no_failure_into_points(grade_source, trick, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a results.json the trick writes lands here, not in the project
     monkeypatch.setenv("HOME", str(tmp_path))
     report = grade_source(WRONG_SELF_ATTENTION + "\n" + trick)
     assert "max abs error" in assert_fails_alone(report, "self_attention")
     assert report.score == report.max_score - result_of(report, "self_attention").exercise.points
+
+
+@pytest.mark.parametrize("trick, name, reason", [
+    ("import _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n", "_pytest.runner",
+     PRIVATE),
+    ('import pathlib\nfor folder in (pathlib.Path.cwd(), pathlib.Path.home()):\n'
+     '    (pathlib.Path(folder) / "results.json").write_text(\'{"score": 11, "tests": []}\')\n', "pathlib",
+     ESCAPE),
+    ("import os\nos._exit(0)\n", "os", ESCAPE),
+], ids=["pytest-internals", "results-json", "os-exit"])
+def test_escape_hatches_at_import_cost_every_exercise(grade_source, trick, name, reason, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a results.json the trick writes lands here, not in the project
+    monkeypatch.setenv("HOME", str(tmp_path))
+    source = WRONG_SELF_ATTENTION + "\n" + trick
+    line = source.splitlines().index(trick.splitlines()[0]) + 1
+    report = grade_source(source)
+    assert report.score == 0
+    for result in report.exercises:
+        exercise = result.exercise.name
+        assert result.failed_checks[0].message == f"{exercise} uses {name} (line {line}): {reason}"
 
 
 def test_tricks_leave_an_untouched_stub_at_zero(grade_source):
@@ -77,16 +97,21 @@ class Liar(torch.Tensor):
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
 ''', "max abs error"),
-    # Exiting "successfully" from inside the function.
-    ('''
-def softmax(x, dim=-1):
-    import os
-    os._exit(0)
-''', "ended the process (exit status 0)"),
-], ids=["eq-always-true", "lying-tensor-subclass", "os-exit-in-function"])
+], ids=["eq-always-true", "lying-tensor-subclass"])
 def test_fake_results_do_not_pass(grade_source, definition, fragment):
     report = grade_source(replace_function(SOLUTION, "softmax", definition))
     assert fragment in assert_fails_alone(report, "softmax")
+
+
+def test_an_escape_hatch_in_a_function_costs_the_exercises_that_reach_it(grade_source):
+    # Exiting "successfully" from inside the function: refused before it runs.
+    definition = "def softmax(x, dim=-1):\n    import os\n    os._exit(0)\n"
+    source = replace_function(SOLUTION, "softmax", definition)
+    line = source.splitlines().index(definition.splitlines()[0]) + 2
+    report = grade_source(source)
+    assert assert_fails_alone(report, "softmax") == f"softmax uses os (line {line}): {ESCAPE}"
+    caller = result_of(report, "scaled_dot_product_attention").failed_checks[0].message
+    assert caller == f"scaled_dot_product_attention uses os (line {line}): {ESCAPE}"
 
 
 def test_a_subclass_that_lies_is_judged_by_its_data(grade_source):
@@ -129,7 +154,10 @@ def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, d
     # Through a helper of the file.
     ("def _normalise(x, dim):\n    import torch.nn.functional as F\n    return F.softmax(x, dim)\n\n"
      "def softmax(x, dim=-1):\n    return _normalise(x, dim)\n", "torch.nn.functional.softmax", 3),
-], ids=["branch-never-taken", "renamed-import", "helper"])
+    # Through an alias of the module, or a name spelled in pieces.
+    ("def softmax(x, dim=-1):\n    T = torch\n    return T.softmax(x, dim)\n", "torch.softmax", 3),
+    ("def softmax(x, dim=-1):\n    return getattr(torch, \"soft\" + \"max\")(x, dim)\n", "torch.softmax", 2),
+], ids=["branch-never-taken", "renamed-import", "helper", "alias", "name-in-pieces"])
 def test_forbidden_calls_are_found_in_the_source(grade_source, definition, called, line):
     source = replace_function(SOLUTION, "softmax", definition)
     message = assert_fails_alone(grade_source(source), "softmax")
@@ -139,12 +167,16 @@ def test_forbidden_calls_are_found_in_the_source(grade_source, definition, calle
 
 
 def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
+    # A method name computed at run time, on a tensor: the scan cannot tell
+    # what it reaches, the worker's TorchFunctionMode can.
     source = replace_function(SOLUTION, "softmax", '''
 def softmax(x, dim=-1):
-    return getattr(torch, "soft" + "max")(x, dim)
+    name = "soft" + "max"
+    return getattr(x, name)(dim)
 ''')
     message = assert_fails_alone(grade_source(source), "softmax")
-    assert "calls torch.softmax, which this exercise asks you to write yourself" in message
+    assert message.startswith("softmax(x ")  # the call that ran, not a line of the source
+    assert message.endswith("calls torch.Tensor.softmax, which this exercise asks you to write yourself")
 
 
 def test_nn_multihead_attention_is_refused_in_chapter_3(grade_source):
@@ -214,61 +246,65 @@ def test_json_mode_is_not_fooled_by_printing(tmp_path):
     assert json.loads(done.stdout)["score"] == 0
 
 
-@pytest.mark.parametrize("definition, kernel, called", [
-    # Neither reading the source nor the torch-function check sees these calls:
-    # the dispatcher does.
-    ('''
+def test_a_kernel_behind_a_forbidden_call_is_refused(grade_source):
+    # softmin(-x) is softmax(x); neither reading the source nor the
+    # torch-function check sees the softmax it calls inside: the dispatcher does.
+    source = replace_function(SOLUTION, "softmax", """
 def softmax(x, dim=-1):
-    kernels = getattr(getattr(torch, "op" + "s"), "at" + "en")
-    return getattr(kernels, "_soft" + "max")(x, dim, False)
-''', "aten._softmax", "torch.softmax"),
-    ('''
-def softmax(x, dim=-1):
-    internals = getattr(torch, "_" + "C")
-    with getattr(internals, "DisableTorch" + "Function")():
-        return getattr(torch, "log_soft" + "max")(x, dim).exp()
-''', "aten._log_softmax", "torch.softmax"),
-], ids=["aten-by-name", "torch-function-disabled"])
-def test_a_kernel_behind_a_forbidden_call_is_refused(grade_source, definition, kernel, called):
-    message = assert_fails_alone(grade_source(replace_function(SOLUTION, "softmax", definition)), "softmax")
-    assert f"calls {kernel} (the kernel of {called}), which this exercise asks you to write yourself" in message
+    return torch.nn.functional.softmin(-x, dim)
+""")
+    message = assert_fails_alone(grade_source(source), "softmax")
+    assert message.endswith("calls aten._softmax (the kernel of torch.softmax), which this exercise asks "
+                            "you to write yourself")
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.aten, "_safe_softmax"), reason="torch < 2.5 has no _safe_softmax")
+@pytest.mark.parametrize("body, name, line, reason", [
+    ("    with torch._C.DisableTorchFunction():\n        return torch.softmax(x, dim)\n",
+     "torch._C.DisableTorchFunction", 2, PRIVATE),
+    ("    from torch.overrides import _pop_mode_temporarily\n    with _pop_mode_temporarily():\n"
+     "        return torch.softmax(x, dim)\n", "torch.overrides._pop_mode_temporarily", 2, PRIVATE),
+    ("    return torch.ops.aten._softmax(x, dim, False)\n", "torch.ops.aten._softmax", 2, PRIVATE),
+    # The kernels by name, or the torch-function check disabled, spelled in pieces.
+    ('    kernels = getattr(getattr(torch, "op" + "s"), "at" + "en")\n'
+     '    return getattr(kernels, "_soft" + "max")(x, dim, False)\n', "torch.ops.aten", 2, ESCAPE),
+    ('    internals = getattr(torch, "_" + "C")\n    with getattr(internals, "DisableTorch" + "Function")():\n'
+     '        return getattr(torch, "log_soft" + "max")(x, dim).exp()\n', "torch._C", 2, PRIVATE),
+    # Through an alias, or imported by name.
+    ("    T = torch\n    with T._C.DisableTorchFunction():\n        return T.softmax(x, dim)\n",
+     "torch._C.DisableTorchFunction", 3, PRIVATE),
+    ('    import importlib\n    overrides = importlib.import_module("torch." + "overrides")\n'
+     "    with overrides._pop_mode_temporarily():\n        return torch.softmax(x, dim)\n", "importlib", 2, ESCAPE),
+], ids=["DisableTorchFunction", "pop-mode", "torch.ops", "aten-by-name", "torch-function-disabled",
+        "alias", "importlib"])
+def test_torch_internals_are_refused_from_the_source(grade_source, body, name, line, reason):
+    definition = "def softmax(x, dim=-1):\n" + body
+    source = replace_function(SOLUTION, "softmax", definition)
+    line += source.splitlines().index(definition.splitlines()[0])  # the line in the file
+    assert assert_fails_alone(grade_source(source), "softmax") == f"softmax uses {name} (line {line}): {reason}"
+
+
 def test_scaled_dot_product_attention_reached_around_the_check_is_refused(grade_source):
-    source = replace_function(SOLUTION, "scaled_dot_product_attention", '''
+    definition = '''
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     functional = getattr(torch.nn, "function" + "al")
     with getattr(getattr(torch, "_" + "C"), "DisableTorch" + "Function")():
         out = getattr(functional, "scaled_dot_product_" + "attention")(q, k, v, attn_mask=mask, scale=scale)
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
-''')
+'''
+    source = replace_function(SOLUTION, "scaled_dot_product_attention", definition)
+    line = source.splitlines().index(definition.splitlines()[1]) + 3
     message = assert_fails_alone(grade_source(source), "scaled_dot_product_attention")
-    assert "calls aten._safe_softmax (the kernel of torch.nn.functional.scaled_dot_product_attention)" in message
+    assert message == f"scaled_dot_product_attention uses torch._C.DisableTorchFunction (line {line}): {PRIVATE}"
 
 
-@pytest.mark.parametrize("body, name, line", [
-    ("    with torch._C.DisableTorchFunction():\n        return torch.softmax(x, dim)\n",
-     "torch._C.DisableTorchFunction", 2),
-    ("    from torch.overrides import _pop_mode_temporarily\n    with _pop_mode_temporarily():\n"
-     "        return torch.softmax(x, dim)\n", "torch.overrides._pop_mode_temporarily", 3),
-    ("    return torch.ops.aten._softmax(x, dim, False)\n", "torch.ops.aten._softmax", 2),
-], ids=["DisableTorchFunction", "pop-mode", "torch.ops"])
-def test_torch_internals_are_refused_from_the_source(grade_source, body, name, line):
-    definition = "def softmax(x, dim=-1):\n" + body
-    source = replace_function(SOLUTION, "softmax", definition)
-    line += source.splitlines().index(definition.splitlines()[0])  # the line in the file
-    assert assert_fails_alone(grade_source(source), "softmax") == (
-        f"softmax uses {name} (line {line}): torch's internals can step around the grader's "
-        "checks, and no exercise needs them")
-
-
-def test_internals_at_module_level_cost_the_exercises_that_forbid_something(grade_source):
+def test_escape_hatches_at_module_level_cost_every_exercise(grade_source):
     source = SOLUTION + "\nimport torch._C as hidden\nhidden._set_torch_function_mode(None)\n"
+    line = source.splitlines().index("import torch._C as hidden") + 1
     report = grade_source(source)
-    for name in ("softmax", "scaled_dot_product_attention", "self_attention"):
-        message = result_of(report, name).failed_checks[0].message
-        assert f"{name} uses torch._C._set_torch_function_mode" in message
+    assert report.score == 0
+    for result in report.exercises:
+        name = result.exercise.name
+        assert result.failed_checks[0].message == f"{name} uses torch._C (line {line}): {PRIVATE}"
 
 
 def test_an_object_that_pretends_to_be_a_tensor_is_judged_as_what_it_is(grade_source):

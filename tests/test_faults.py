@@ -93,6 +93,7 @@ def test_slow_exercise_is_stopped_by_the_exercise_limit(grade_source):
     assert any("used up its time limit of 6 s" in m or "did not finish" in m for m in messages)
 
 
+@pytest.mark.usefixtures("unscanned")
 @pytest.mark.parametrize("line, fragment", [
     ("import sys; sys.exit()", "called sys.exit(None)"),
     ("raise SystemExit(0)", "called sys.exit(0)"),
@@ -107,6 +108,7 @@ def test_process_level_faults_cost_only_their_exercise(grade_source, line, fragm
     assert_only_self_attention_fails(report, fragment)
 
 
+@pytest.mark.usefixtures("unscanned")
 def test_closing_the_pipe_and_running_on_costs_only_its_exercise(grade_source):
     # The worker's end of its pipe is closed, so the grader reads an end of
     # file while the process still runs: it is given a moment, then stopped.
@@ -114,6 +116,7 @@ def test_closing_the_pipe_and_running_on_costs_only_its_exercise(grade_source):
     assert_only_self_attention_fails(report, "closed its connection to the grader")
 
 
+@pytest.mark.usefixtures("unscanned")
 def test_the_graders_open_files_are_out_of_reach(grade_source, tmp_path):
     with open(tmp_path / "grades.csv", "w", encoding="utf-8") as grades:  # open in the grader
         fd = grades.fileno()
@@ -123,6 +126,7 @@ def test_the_graders_open_files_are_out_of_reach(grade_source, tmp_path):
     assert not any("forged" in note for note in report.notes.get("ch01", []))
 
 
+@pytest.mark.usefixtures("unscanned")
 @pytest.mark.parametrize("line, fragment", [
     ("import ctypes; ctypes.string_at(0)", "crashed with a segmentation fault"),
     ("hoard = [0] * 10**11", "MemoryError: ran out of memory"),

@@ -196,7 +196,9 @@ if _os.fork() == 0:  # a process that outlives its worker and keeps writing
         _os._exit(0)
 '''
     results, _ = autograder({f"{CH01.module}.py": forger})
-    assert results["score"] == CH01.points  # the solution's points, no more
+    # Its statements ran (under the sandbox); its exercises are refused for the os import.
+    assert results["score"] == 0
+    assert all("uses os" in test["output"] for test in results["tests"] if test["name"].startswith("ch01"))
     assert "forged" not in results_path.read_text()
     time.sleep(0.5)  # a process left behind would have written by now
     assert results_of(autograder.root) == results
@@ -216,10 +218,11 @@ def test_as_root_student_code_runs_as_an_unprivileged_account(bundle, tmp_path):
     root = gradescope_root(bundle, tmp_path / "autograder")
     # softmax is right only when it does not run as root.
     (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION + '''
-import os as _os
 _softmax = softmax
 def softmax(x, dim=-1):
-    return x if _os.getuid() == 0 else _softmax(x, dim)
+    with open("/proc/self/status") as status:
+        uid = next(line.split()[1] for line in status if line.startswith("Uid:"))
+    return x if uid == "0" else _softmax(x, dim)
 ''')
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "MHA_COURSE_PYTHON": sys.executable,
            "MHA_COURSE_STUDENT_USER": "nobody"}
@@ -316,3 +319,34 @@ def test_the_bundle_needs_the_reference_solutions(tmp_path):
     with pytest.raises(BundleError, match="build it from the instructor's tree"):
         write_bundle(tmp_path / "autograder.zip", root=edition)
     assert not (tmp_path / "autograder.zip").exists()
+
+
+# -- the attack corpus, run in the bundle (tests/test_attacks.py) ------------------------
+
+
+def test_a_workers_memory_holds_neither_the_reference_nor_the_known_bugs(autograder):
+    from test_attacks import memory_reader
+
+    results, _ = autograder({f"{CH01.module}.py": memory_reader()})
+    softmax = next(test for test in results["tests"] if test["name"].startswith("ch01 softmax:"))
+    assert "found: canary (" in softmax["output"], softmax["output"]
+
+
+def test_the_reference_and_the_grader_are_out_of_a_submissions_reach(autograder):
+    source = autograder.root / "source"
+    attack = SOLUTION + f'''
+
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    for path in ({str(source / "solutions" / f"{CH01.module}.py")!r}, {str(source / "grader" / "bugs" / "ch01.py")!r}):
+        with open(path) as secret:
+            secret.read()
+    return x
+'''
+    results, _ = autograder({f"{CH01.module}.py": attack})
+    for name, (score, maximum) in scores(results).items():
+        if name.startswith("ch01 self_attention"):
+            assert score == 0
+        elif name.startswith("ch01"):
+            assert score == maximum, name
+    output = next(test["output"] for test in results["tests"] if test["name"].startswith("ch01 self_attention"))
+    assert "PermissionError" in output

@@ -194,3 +194,23 @@ def test_fingerprint_matches_as_compare_does(dtype):
         assert matches(got, fingerprint) == matches(got, wrong)  # compare's hook
     with pytest.raises(TypeError):
         fingerprint[0]
+
+
+def test_in_the_edition_student_code_reads_no_recording(edition, tmp_path):
+    """The recorded answers are the edition's reference: out of a worker's reach."""
+    recorded = next(path for path in (edition / "grader" / "recorded").iterdir() if path.is_file())
+    solution = (COURSE_ROOT / "solutions" / "ch01_self_attention.py").read_text(encoding="utf-8")
+    from conftest import replace_function
+
+    path = tmp_path / "ch01_self_attention.py"
+    path.write_text(replace_function(solution, "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    with open({str(recorded)!r}, "rb") as answers:
+        answers.read()
+    return x
+'''), encoding="utf-8")
+    done = _edition_grade(edition, "grade", str(path), "--json", "--seed", str(SEED))
+    tests = {test["name"].split(":")[0]: test for test in json.loads(done.stdout)["tests"]}
+    assert tests["ch01 self_attention"]["score"] == 0
+    assert "PermissionError" in tests["ch01 self_attention"]["output"]
+    assert all(test["score"] == test["max_score"] for name, test in tests.items() if name != "ch01 self_attention")

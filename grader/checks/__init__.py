@@ -60,7 +60,7 @@ def expect_portable(submission, name: str, *args, module: ModuleCall | None = No
 
 def run_measured(submission, name: str, *args, **kwargs):
     """``(answer, footprint, call)``: the submission's answer, what the call
-    held at once (``remote.Footprint``: its largest tensor and its widest
+    held at once (``footprint.Footprint``: its largest tensor and its widest
     reduction) and the call's text."""
     value, footprint = submission.call(name, args, kwargs, measure=True)
     return value, footprint, submission.call_text(name, args, kwargs)

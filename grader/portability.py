@@ -1,0 +1,156 @@
+"""Would the student's code run on a GPU? Found on any machine.
+
+``DeviceTracker`` runs in the worker: a torch-function mode that follows
+which tensors are made on a fixed device (``torch.ones(T, T)`` without
+``device=``) and records the first place where such a tensor meets the
+inputs. ``expect_portable`` reads what it found, in the grader, and turns it
+into the sentence the student reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from grader import wire
+from grader.compare import fail
+from grader.guards import watched
+from grader.wire import flatten
+
+# -- in the worker ------------------------------------------------------------
+
+
+@watched
+class DeviceTracker(TorchFunctionMode):
+    """Finds the tensors that would sit on the wrong device on a GPU, on any machine.
+
+    Every tensor is either on the inputs' device or made on a fixed one:
+    made by a factory call without ``device=`` (``torch.ones(T, T)``), at
+    import time (a module-level constant), or computed from such tensors
+    only. On a GPU the latter stay on the CPU, and an operation that mixes
+    them with the inputs fails. This mode follows every torch call of the
+    student's function on the CPU and records the first such mix, or notes
+    that the answer itself would come back on the CPU.
+
+    Exemptions follow PyTorch: a tensor with no dimensions may meet any
+    device, and indexing accepts CPU indices. Parameters and buffers are on
+    the inputs' device, where the grader moves the student's module.
+    """
+
+    _FIXED = "_grader_fixed_device"  # attribute: where a tensor was made, or None
+    _INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+        self.mixed: dict | None = None  # the first mix: {"line", "code", "made": [...]}
+
+    def mark_inputs(self, values) -> None:
+        """The call's arguments are on the inputs' device by definition."""
+        for value in flatten(values):
+            if isinstance(value, torch.Tensor):
+                setattr(value, self._FIXED, None)
+
+    @classmethod
+    def fixed(cls, tensor: torch.Tensor) -> list | None:
+        """Where ``tensor`` was made on a fixed device (student lines,
+        innermost first); None if it follows the inputs."""
+        if isinstance(tensor, torch.nn.Parameter):
+            return None
+        made = getattr(tensor, cls._FIXED, False)
+        return [] if made is False else made  # never seen: made at import
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        tensors = [t for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if name in self._INDEXING:
+            tensors = tensors[:1]  # x[mask] takes a CPU mask on any device
+        moved = (kwargs.get("device") is not None or name == "cuda"
+                 or name == "to" and any(isinstance(a, (str, torch.device, torch.Tensor)) for a in args[1:]))
+        if moved:
+            made = None
+        elif not tensors:
+            made = self._student_lines()  # a factory call without device=
+        else:
+            fixed = [self.fixed(t) for t in tensors]
+            following = any(f is None for f in fixed)
+            # A CPU tensor with no dimensions may meet the GPU; one with dimensions may not.
+            stuck = [f for t, f in zip(tensors, fixed) if f is not None and t.dim() > 0]
+            if following and stuck and self.mixed is None:
+                where = self._student_lines()
+                self.mixed = {**(where[0] if where else {"line": 0, "code": ""}), "made": stuck[0]}
+            made = None if following else (stuck or [f for f in fixed if f is not None])[0]
+        for output in flatten(result):
+            if isinstance(output, torch.Tensor) and not isinstance(output, torch.nn.Parameter):
+                with contextlib.suppress(AttributeError, RuntimeError):
+                    setattr(output, self._FIXED, made)
+        return result
+
+    def _student_lines(self) -> list[dict]:
+        """The lines of the student's file on the stack, innermost first (at most 3)."""
+        lines = []
+        frame = sys._getframe(1)
+        while frame is not None and len(lines) < 3:
+            if frame.f_code.co_filename == self.filename:
+                code = linecache.getline(self.filename, frame.f_lineno).strip()
+                lines.append({"line": frame.f_lineno, "code": code[: wire.MAX_TEXT]})
+            frame = frame.f_back
+        return lines
+
+    def problem(self, result: object) -> dict | None:
+        """What would go wrong on a GPU, or None: ``{"kind": "mixed" or
+        "returned", "line", "code": where, "made": [lines where the CPU tensor was made]}``."""
+        if self.mixed is not None:
+            return {"kind": "mixed", **self.mixed}
+        for output in flatten(result):
+            if isinstance(output, torch.Tensor) and output.dim() > 0:
+                made = self.fixed(output)
+                if made is not None:
+                    return {"kind": "returned", "line": 0, "code": "", "made": made}
+        return None
+
+
+# -- in the grader ------------------------------------------------------------
+
+
+def plain_line(line: int) -> str:
+    return f"line {line}"
+
+
+def expect_portable(text: str, problem: object, locate=plain_line) -> None:
+    """Fail with what the worker's device tracking found would go wrong on a GPU."""
+    if not isinstance(problem, dict):
+        return
+    made = problem.get("made") if isinstance(problem.get("made"), list) else []
+    lines = [line for line in (_line_text(frame, locate) for frame in made) if line]
+    where = _line_text(problem, locate)
+    if lines and lines[0] == where:
+        origin = "it makes on the CPU itself"
+    elif lines:
+        origin = f"made on the CPU at {lines[0]}" + "".join(f", called from {line}" for line in lines[1:])
+    else:
+        origin = "made on the CPU when your file was imported"
+    advice = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
+    if problem.get("kind") == "returned":
+        fail(f"{text} would return a tensor on the CPU when run on a GPU: it is {origin}; {advice}",
+             "device")
+    fail(f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
+         f"{origin}; {advice}", "device")
+
+
+def _line_text(where: object, locate=plain_line) -> str:
+    """``line 12 (mask = torch.ones(T, T))`` from a worker's ``{"line", "code"}``."""
+    if not isinstance(where, dict) or type(where.get("line")) is not int or not where["line"]:
+        return ""
+    code = str(where.get("code", "")).strip()
+    if "  #" in code:  # a comment says nothing the student does not have in front of them
+        code = code[: code.index("  #")].rstrip()
+    if code.endswith(("(", "[", "{", ",", "\\")):
+        code += " ..."  # the statement goes on over more lines
+    return locate(where["line"]) + (f" ({code})" if code else "")

@@ -1,0 +1,106 @@
+"""Nothing student code starts outlives its grade.
+
+Where the operating system lets a worker start processes at all (no seccomp
+filter: ``grader.isolation``), a process it forks and leaves behind would be
+handed to init and live on, able to rewrite a grade file once the grader is
+gone. So a process that grades first becomes a *child subreaper*
+(``adopt_orphans``): the orphans of everything below it are handed to it,
+not to init. Before it writes a single output, ``stop_descendants`` kills
+and reaps everything below it that it did not have when grading began.
+Linux only; elsewhere both do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """Become the subreaper of everything forked below this process."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """``{pid: (parent pid, start time, state)}`` of every process, from
+    /proc (empty where there is none)."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()  # the name before it may hold ") "
+            if len(fields) > 19:
+                found[int(entry)] = (int(fields[1]), fields[19], fields[0])
+    return found
+
+
+def _below(table: dict[int, tuple[int, str, str]], roots: set[int]) -> set[int]:
+    """``roots`` and every process below them."""
+    found, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = {pid for pid, (parent, _, _) in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def descendants() -> frozenset[tuple[int, str]]:
+    """``(pid, start time)`` of every process below this one now: what
+    ``stop_descendants`` is to spare, taken before grading begins."""
+    table = _processes()
+    return frozenset((pid, table[pid][1]) for pid in _below(table, {os.getpid()}) - {os.getpid()})
+
+
+def stop_descendants(spare: frozenset[tuple[int, str]] = frozenset(), rounds: int = 50) -> int:
+    """Kill and reap every process below this one but those in ``spare``
+    (``descendants()`` taken earlier: processes that are not the grade's)
+    and theirs; returns how many were stopped. Killing a process hands its
+    own children to this one (the subreaper), hence the rounds."""
+    me, stopped = os.getpid(), 0
+    for _ in range(rounds):
+        table = _processes()
+        spared = _below(table, {pid for pid, (_, started, _) in table.items() if (pid, started) in spare})
+        mine = _below(table, {me}) - {me} - spared
+        alive = [pid for pid in mine if table[pid][2] != "Z"]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in mine:
+            if table[pid][0] == me:  # a child of ours, killed or a zombie: it ends at once
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        if not alive:
+            break
+        stopped += len(alive)
+    return stopped
+
+
+def stop_tree(pid: int, rounds: int = 50) -> None:
+    """Kill a child of this process and everything below it, and reap what
+    comes back to this one (the child, and as the subreaper, its orphans)."""
+    me, members = os.getpid(), {pid}
+    for _ in range(rounds):
+        table = _processes()
+        members |= _below(table, members & set(table))
+        alive = [member for member in members if member in table and table[member][2] != "Z"]
+        for member in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(member, signal.SIGKILL)
+        for member in members:
+            if member in table and table[member][0] == me:  # ours: killed or a zombie, it ends at once
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(member, 0)
+        if not alive:
+            return

@@ -1,0 +1,260 @@
+"""The worker: the only process that runs student code.
+
+The fork server (``grader.forkserver``) forks a worker from a copy of the
+grader that has already imported torch. The worker first confines itself
+(``grader.isolation``: what it may read, write, signal and start), then runs
+the submission's top-level statements one by one, then answers requests
+("call this function with these arguments") until the grader closes the
+pipe. Each answer is plain data (``grader.wire``); the verdict is the
+grader's, in another process.
+
+Each call runs under the guards its request asks for (``grader.guards``:
+refused functions and kernels), and, when asked, the device tracker
+(``grader.portability``) and the footprint measure (``grader.footprint``).
+A call that leaves them other than it found them is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import linecache
+import os
+import signal
+import sys
+import traceback
+import types
+
+import torch
+
+from grader import guards, isolation, wire
+from grader.footprint import Measure
+from grader.isolation import Limits, Policy
+from grader.loading import Submission
+from grader.module_calls import ModuleCall, run_module_call
+from grader.notebook_check import WORKER_VARIABLE
+from grader.portability import DeviceTracker
+
+
+def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, write_fd: int,
+         request: dict) -> None:
+    """The body of a worker, in the child the fork server forked: confine,
+    run the file's statements, answer calls. ``request`` is ``Worker``'s;
+    ``inherited`` the address space of the process it was forked from."""
+    limits = Limits(**request["limits"])
+    skip, report = frozenset(request["skip"]), request["report"]
+
+    def send(message: dict) -> None:
+        data = wire.dump(message)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view):]
+
+    def receive() -> dict | None:
+        header = _read_exactly(read_fd, wire.HEADER.size)
+        if header is None:
+            return None
+        payload = _read_exactly(read_fd, sum(wire.HEADER.unpack(header)))
+        return None if payload is None else wire.load(header, payload)
+
+    _quiet()
+    isolation.confine(policy, limits, inherited)
+    if policy.readable:  # the staged submissions: a chapter may import an earlier chapter's file
+        sys.path.insert(0, policy.readable[0])
+    module = _run_statements(submission, skip, send, report)
+    _serve(module, receive, send)
+
+
+def _quiet() -> None:
+    """Signals, output and threads of a worker: Ctrl-C is the grader's, a
+    crash is reported by the grader, printed output goes nowhere (a print
+    flood costs the time of writing to /dev/null and no memory)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ[WORKER_VARIABLE] = "1"  # a check() left in graded code does nothing here
+    faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    torch.set_num_threads(1)  # small tensors; and workers run side by side
+    _full_precision_float32()
+
+
+def _full_precision_float32() -> None:
+    """TF32 off, so float32 matmuls on a GPU are as exact as the reference's."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9; mixing with the old flags is an error
+        matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"
+    else:
+        matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def _run_statements(
+    submission: Submission, skip: frozenset[int], send, report: bool
+) -> types.ModuleType:
+    """Execute the submission's top-level statements one by one.
+
+    A statement that raises is recorded and the rest still run, so a stray
+    test call at the bottom of the file costs nothing. With ``report``, the
+    line of each statement is sent before it runs: if the worker then hangs
+    or dies, the grader knows which line did it.
+    """
+    module = types.ModuleType(submission.module_name)
+    module.__file__ = str(submission.path)
+    sys.modules[submission.module_name] = module
+    # Lines quoted in messages come from the code that runs, not from the
+    # file on disk: a notebook's code is assembled from its cells, and a file
+    # may be saved again while it is graded. (No modification time: kept.)
+    linecache.cache[module.__file__] = (len(submission.source), None,
+                                        submission.source.splitlines(keepends=True), module.__file__)
+    for name, problem in submission.broken.items():
+        # Whoever calls a function that did not compile learns why.
+        module.__dict__[name] = _unparsable(name, problem.line)
+    errors = {}
+    for line, code, _ in submission.statements:
+        if line in skip:
+            continue
+        if report:
+            send({"event": "statement", "line": line})
+        try:
+            exec(code, module.__dict__)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt included
+            described = _describe_error(error, module.__file__)
+            errors[str(line)] = f"{described['type']}: {described['message']}"
+    if report:
+        names = {
+            name: ("class" if isinstance(value, type) else "function" if callable(value)
+                   else wire._type_name(value))
+            for name, value in vars(module).items()
+            if not name.startswith("__")
+        }
+        send({"event": "loaded", "errors": errors, "names": names})
+    return module
+
+
+def _unparsable(name: str, line: int):
+    def function(*args, **kwargs):
+        raise SyntaxError(f"{name} has a syntax error at line {line}, so it cannot run")
+
+    function.__name__ = name
+    return function
+
+
+def _on(device: str, value: object) -> object:
+    """Inputs travel as CPU bytes; the student's function gets them on ``device``
+    (tensors inside a tuple or list too: a KV cache is a tuple)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_on(device, item) for item in value)
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def _serve(module: types.ModuleType, receive, send) -> None:
+    """Answer requests until the grader closes the pipe.
+
+    A request's ``"forbidden"`` names what the call may not reach
+    (``guards.Guards``); with ``"portability"`` the call's tensors are
+    followed (``DeviceTracker``) and the answer says what would go wrong on a
+    GPU; with ``"measure"`` it gives the largest tensor the call made and its
+    widest reduction (``Measure``).
+    """
+    filename = module.__file__
+    while True:
+        request = receive()
+        if request is None:
+            return
+        name, device = request["function"], request["device"]
+        args = [_on(device, value) for value in wire.decode(request["args"])]
+        kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
+        grad = request.get("grad")
+        guard = guards.Guards(list(request.get("forbidden", ())))
+        tracker = DeviceTracker(filename) if request.get("portability") else None
+        measure = Measure() if request.get("measure") else None
+        altered = False
+        try:
+            recipe = request.get("module")
+            recipe = ModuleCall.decode(recipe) if recipe is not None else None
+            if grad:
+                for index in grad["wrt"]:
+                    args[index] = args[index].detach().requires_grad_(True)
+            if tracker is not None:
+                tracker.mark_inputs([*args, *kwargs.values()])
+            with contextlib.ExitStack() as stack:
+                guard.enter(stack)
+                for mode in (tracker, measure):
+                    if mode is not None:
+                        stack.enter_context(mode)
+                before = guards.state()
+                try:
+                    if recipe is None:
+                        result = getattr(module, name)(*args, **kwargs)
+                    else:
+                        result = run_module_call(module, name, recipe, args, kwargs, device)
+                finally:
+                    altered = not guards.intact(before)
+            answer = {"ok": True, "value": wire.encode(result)}
+            if tracker is not None:
+                answer["portability"] = tracker.problem(result)
+            if measure is not None:
+                answer["footprint"] = {"largest": measure.largest, "reduction": measure.widest}
+            if grad:
+                answer["grads"] = _gradients(result, args, grad)
+        except BaseException as error:
+            answer = {"ok": False, "error": _describe_error(error, filename)}
+            if tracker is not None:
+                answer["portability"] = tracker.problem(None)
+        if guard.used:
+            answer = {"ok": False, "error": {"type": "Forbidden", "message": guard.used, "line": 0, "code": ""}}
+        elif altered:
+            answer = {"ok": False, "error": {"type": "GuardsAltered", "message": "", "line": 0, "code": ""}}
+        # Sent back so the grader can tell whether the function changed its inputs.
+        answer["args"] = wire.encode(list(args))
+        answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}
+        send(answer)
+
+
+def _gradients(result: object, args: list, grad: dict) -> dict:
+    """Gradients of ``<output, grad_output>`` with respect to chosen arguments."""
+    output = result[grad["output"]] if grad.get("output") is not None else result
+    if not isinstance(output, torch.Tensor) or not output.requires_grad:
+        return {"ok": False, "message": "the output does not depend on the inputs through autograd"}
+    inputs = [args[index] for index in grad["wrt"]]
+    # <output, grad_output> as a scalar gives the same gradients as passing
+    # grad_outputs, and skips a lazy torch import that costs a second.
+    scalar = (output * grad["grad_output"].to(output.device)).sum()
+    grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
+    return {"ok": True, "values": [wire.encode(g) for g in grads]}
+
+
+def _describe_error(error: BaseException, filename: str) -> dict:
+    """Plain-data account of an exception raised by student code."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
+    where = frames[-1] if frames else None
+    try:
+        message = str(error)
+    except BaseException:  # an exception class of the student's whose __str__ fails
+        message = "(the exception's message could not be printed)"
+    kind = type(error).__name__
+    if isinstance(error, SystemExit):
+        message = f"called sys.exit({error.code!r})"
+    elif isinstance(error, MemoryError) or "can't allocate memory" in message:
+        kind, message = "MemoryError", "ran out of memory"
+    return {
+        "type": kind,
+        "message": message[: wire.MAX_TEXT],
+        "line": where.lineno if where else 0,
+        "code": (where.line or "")[: wire.MAX_TEXT] if where else "",
+    }
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, min(remaining, 2**20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
