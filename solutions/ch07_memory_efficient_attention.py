@@ -18,8 +18,8 @@ Conventions used in every exercise of this chapter:
   (``L > S``) gets a zero output.
 * Memory is the point: ``tiled_attention`` never builds the ``(L, S)`` score
   matrix (nor an ``(L, S)`` mask), only ``(L, block_size)`` pieces of it,
-  and ``online_softmax`` takes no max or sum over more than one block of a
-  row. The grader measures the largest tensor your code makes and the most
+  and neither takes a max or sum over more than one block of keys (of a
+  row, for ``online_softmax``). The grader measures the largest tensor your code makes and the most
   numbers one max, sum or matrix product combines.
 
 You may not call ``torch.softmax`` (or its relatives) nor

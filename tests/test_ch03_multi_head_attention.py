@@ -1,6 +1,8 @@
 """Chapter 3 (multi-head attention): the reference passes, the stub scores
 nothing, realistic wrong versions fail with feedback a student can act on,
-and the module matches nn.MultiheadAttention once loaded with its weights."""
+the module matches nn.MultiheadAttention once loaded with its weights, and
+parameter_count is a formula: counting the parameters of a module built for
+the purpose (PyTorch's, on the meta device, or one's own) scores nothing."""
 
 import pytest
 import torch
@@ -232,3 +234,113 @@ def test_a_module_that_gives_nan_for_a_query_with_no_key_fails(grade_source):
     assert check.check == "a query whose keys are all masked gets zero weights, not NaN"
     assert "has NaN" in check.message and "may attend to no key" in check.message
     assert "zero weights" in check.hint
+
+
+# -- parameter_count: a formula, never modules built and counted -------------------------------
+
+COUNT_CHECK = "is a formula: builds no module nor tensor, and counts a model of d_model = 1,000,000 at once"
+
+# Counts that build what they count: PyTorch's module, four nn.Linear, the module on the
+# meta device (no memory at all), an encoder layer's attention, the file's own module.
+MODULE_COUNTS = {
+    "nn.MultiheadAttention": '''
+def parameter_count(d_model, num_heads, bias=True):
+    return sum(p.numel() for p in nn.MultiheadAttention(d_model, num_heads, bias=bias).parameters())
+''',
+    "four-nn.Linear": '''
+def parameter_count(d_model, num_heads, bias=True):
+    layers = [nn.Linear(d_model, d_model, bias=bias) for _ in range(4)]
+    return sum(p.numel() for layer in layers for p in layer.parameters())
+''',
+    "on-the-meta-device": '''
+def parameter_count(d_model, num_heads, bias=True):
+    module = nn.MultiheadAttention(d_model, num_heads, bias=bias, device="meta")
+    return sum(p.numel() for p in module.parameters())
+''',
+    "nn.TransformerEncoderLayer": '''
+def parameter_count(d_model, num_heads, bias=True):
+    layer = nn.TransformerEncoderLayer(d_model, num_heads, dim_feedforward=1, bias=bias)
+    return sum(p.numel() for p in layer.self_attn.parameters())
+''',
+    "own-module": '''
+def parameter_count(d_model, num_heads, bias=True):
+    return sum(p.numel() for p in MultiHeadAttention(d_model, num_heads, bias=bias).parameters())
+''',
+}
+
+# Correct counts written otherwise.
+FORMULAS = {
+    "factored": '''
+def parameter_count(d_model, num_heads, bias=True):
+    return 4 * d_model * (d_model + int(bias))
+''',
+    "shapes-listed": '''
+def parameter_count(d_model, num_heads, bias=True):
+    shapes = [(3 * d_model, d_model), (d_model, d_model)]  # qkv.weight, out.weight
+    if bias:
+        shapes += [(3 * d_model,), (d_model,)]  # qkv.bias, out.bias
+    return sum(math.prod(shape) for shape in shapes)
+''',
+    "head-by-head": '''
+def parameter_count(d_model, num_heads, bias=True):
+    d = d_model // num_heads
+    per_head = 3 * (d_model * d + (d if bias else 0))  # the head's slices of q, k and v
+    return num_heads * per_head + d_model * d_model + (d_model if bias else 0)
+''',
+}
+
+
+def _grade_count(source: str, tmp_path):
+    """The report of ``parameter_count`` alone."""
+    path = tmp_path / f"{CH03.module}.py"
+    path.write_text(source, encoding="utf-8")
+    return result_of(grade([(CH03, path)], limits=FAST, seed=1234, only={"parameter_count"}),
+                     "parameter_count")
+
+
+def test_counting_the_parameters_of_nn_multiheadattention_scores_nothing(grade_source):
+    code = MODULE_COUNTS["nn.MultiheadAttention"]
+    report = grade_source(replace_function(SOLUTION, "parameter_count", code), chapter="ch03")
+    result = result_of(report, "parameter_count")
+    assert result.status == "failed" and result.score == 0
+    assert COUNT_CHECK in {check.check for check in result.failed_checks}
+    assert {name for name, status in statuses(report).items() if status != "passed"} == {"parameter_count"}
+
+
+@pytest.mark.parametrize("code", MODULE_COUNTS.values(), ids=MODULE_COUNTS.keys())
+def test_counting_a_built_module_scores_nothing(tmp_path, code):
+    result = _grade_count(replace_function(SOLUTION, "parameter_count", code), tmp_path)
+    assert result.status == "failed" and result.score == 0
+    assert COUNT_CHECK in {check.check for check in result.failed_checks}
+
+
+def _without_the_catalogs_refusals(monkeypatch):
+    """Grade as if the catalog forbade nothing: the check alone judges."""
+    import grader.remote
+
+    monkeypatch.setattr(grader.remote.RemoteSubmission, "_forbidden", lambda self, exercise: ())
+
+
+def test_a_module_too_wide_to_build_is_explained(tmp_path, monkeypatch):
+    _without_the_catalogs_refusals(monkeypatch)
+    result = _grade_count(replace_function(SOLUTION, "parameter_count", MODULE_COUNTS["four-nn.Linear"]),
+                          tmp_path)
+    message = next(check.message for check in result.failed_checks if check.check == COUNT_CHECK)
+    assert message.startswith("parameter_count(1000000, 8) ran out of memory at line")
+    assert message.endswith("a model this wide has 4,000,004,000,000 parameters, more than memory holds: "
+                            "count them with a formula in d_model and bias, without building the module")
+
+
+def test_a_module_built_on_the_meta_device_is_seen(tmp_path, monkeypatch):
+    _without_the_catalogs_refusals(monkeypatch)
+    result = _grade_count(replace_function(SOLUTION, "parameter_count", MODULE_COUNTS["on-the-meta-device"]),
+                          tmp_path)
+    assert [check.check for check in result.failed_checks] == [COUNT_CHECK]  # every count is right
+    assert result.failed_checks[0].message.startswith(
+        "parameter_count(8, 2, bias=True) made a (24, 8) tensor (192 numbers); the count is arithmetic")
+
+
+@pytest.mark.parametrize("code", FORMULAS.values(), ids=FORMULAS.keys())
+def test_a_formula_written_otherwise_keeps_the_point(tmp_path, code):
+    result = _grade_count(replace_function(SOLUTION, "parameter_count", code), tmp_path)
+    assert result.status == "passed", [(check.check, check.message) for check in result.failed_checks]

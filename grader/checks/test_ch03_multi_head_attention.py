@@ -10,6 +10,11 @@ implementations, whose hint then goes with the failure.
 Most cases keep ``T != H`` and use more than one head and more than one
 token: a heads axis left in the wrong place then changes the shape, and a
 reshape without a transpose changes the values.
+
+``parameter_count`` is a formula: it is also asked for a model too wide to
+build (d_model = 1,000,000) and measured by the worker (``grader.footprint``),
+so that counting the parameters of a module built for the purpose, on the
+meta device too, makes a tensor and fails.
 """
 
 import pytest
@@ -28,10 +33,21 @@ from grader.checks import (
     portable,
     reference_module_call,
     run,
+    run_measured,
     run_module,
     run_with_gradients,
 )
-from grader.compare import CheckFailure, describe, expect_close, expect_like, expect_true, fail, unpack
+from grader.compare import (
+    CheckFailure,
+    describe,
+    expect_close,
+    expect_like,
+    expect_true,
+    fail,
+    shape_text,
+    unpack,
+)
+from grader.footprint import PartlyMeasured
 from grader.module_calls import ModuleCall
 
 # -- oracles written here: slices, loops and PyTorch's own modules -------------------------
@@ -690,6 +706,38 @@ def test_parameter_count_does_not_depend_on_heads(submission, bugs):
         got, call = run(submission, "parameter_count", 12, heads)
         _expect_count(got, one_head, call, bugs.parameter_count(12, heads),
                       "your count for 1 head: heads split the projections, they add no parameters")
+
+
+# A model too wide to build: its weights alone would be 4 x 10^12 numbers, 16 TB in float32.
+# A formula answers at once; building a module to count fails to allocate, at once too.
+WIDE_MODEL = (10**6, 8)
+
+
+@exercise("parameter_count")
+def test_parameter_count_builds_nothing(submission, bugs):
+    """is a formula: builds no module nor tensor, and counts a model of d_model = 1,000,000 at once"""
+    d_model, heads = WIDE_MODEL
+    wide = nn.MultiheadAttention(d_model, heads, device="meta")  # shapes without memory
+    expected = sum(parameter.numel() for parameter in wide.parameters())
+    try:
+        got, call = run(submission, "parameter_count", d_model, heads)
+    except CheckFailure as failure:
+        if failure.kind not in ("error", "memory"):
+            raise
+        fail(f"{failure.message}; a model this wide has {expected:,} parameters, more than memory holds: "
+             "count them with a formula in d_model and bias, without building the module", failure.kind)
+    _expect_count(got, expected, call, bugs.parameter_count(d_model, heads),
+                  "the parameters of nn.MultiheadAttention, counted on the meta device")
+    for d_model, heads, bias in [(8, 2, True), (8, 2, False), (*WIDE_MODEL, True)]:
+        call = submission.call_text("parameter_count", (d_model, heads), {"bias": bias})
+        try:
+            largest = run_measured(submission, "parameter_count", d_model, heads, bias=bias)[1].largest
+        except PartlyMeasured as measured:
+            largest = measured.largest  # None: no tensor made, arithmetic on ints
+        if largest is not None:
+            fail(f"{call} made a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); the count "
+                 "is arithmetic on d_model and bias (four D x D weights and, with bias=True, four biases "
+                 "of D), not the parameters of a module built to be counted (on the meta device too)")
 
 
 # -- every exercise -----------------------------------------------------------------------
