@@ -91,6 +91,7 @@ class Policy:
             root, on Gradescope); None: they stay the grader's account.
         layers: the layers this machine has (``available``): one of them
             failing in a worker ends the worker.
+        rules: the Landlock rules all its workers share (``fixed_rules``).
     """
 
     scratch: str
@@ -99,6 +100,7 @@ class Policy:
     processes: int = 0
     account: tuple[int, int] | None = None
     layers: frozenset[str] = field(default_factory=frozenset)
+    rules: tuple[tuple[str, int], ...] = ()
 
 
 # -- what this machine offers (in the grader) --------------------------------
@@ -116,7 +118,7 @@ def available() -> frozenset[str]:
         found.add("network")
     if abi >= 6:
         found.add("scopes")
-    if _seccomp_program() is not None and _prctl(_PR_GET_SECCOMP) == 0:
+    if _PROGRAM is not None and _prctl(_PR_GET_SECCOMP) == 0:
         found.add("seccomp")
     return frozenset(found)
 
@@ -213,6 +215,8 @@ def _set_limits(limits: Limits, inherited: int, processes: int) -> None:
 # -- Landlock -------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
+# Looked up once here: a worker forked later finds them ready.
+_syscall, _prctl_call = _libc.syscall, _libc.prctl
 _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: the same on every architecture
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
@@ -255,7 +259,7 @@ def landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 where it has none (or is not Linux)."""
     if sys.platform != "linux":
         return 0
-    version = _libc.syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = _syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return max(version, 0)
 
 
@@ -280,43 +284,50 @@ def python_folders(protected: Path) -> tuple[str, ...]:
     return tuple(kept)
 
 
+def fixed_rules(policy: Policy) -> tuple[tuple[str, int], ...]:
+    """The Landlock rules every worker of ``policy`` shares, ``(path, rights)``,
+    worked out once in the grader: what Python needs, read-only; the staged
+    submissions; a few device files. Missing paths are left out, and a rule
+    on a file holds only the rights a file can have."""
+    rules = [(folder, _READ_EXECUTE) for folder in (*_SYSTEM_FOLDERS, *policy.python)]
+    rules += [(path, _READ) for path in policy.readable]
+    rules += [(path, _READ_FILE) for path in _PROC_FILES]
+    rules += list(_DEVICES.items())
+    with contextlib.suppress(OSError):
+        rules += [(f"/dev/{name}", _READ_FILE | _WRITE_FILE | _IOCTL_DEV)
+                  for name in sorted(os.listdir("/dev")) if name.startswith(_GPU_DEVICE_PREFIX)]
+    return tuple((path, rights if os.path.isdir(path) else rights & _FILE_RIGHTS)
+                 for path, rights in rules if os.path.exists(path))
+
+
 def _landlock(scratch: Path, policy: Policy) -> bool:
     """Restrict this process's filesystem, network and scopes; True once in force."""
     abi = landlock_abi()
     fs = _FS_BY_ABI.get(abi, (1 << 16) - 1)
     attr = _RulesetAttr(fs, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8  # the structure grew with the ABI
-    ruleset = _libc.syscall(_SYS_LANDLOCK[0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = _syscall(_SYS_LANDLOCK[0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return False
     try:
-        rules = [(scratch, _SCRATCH), (Path(f"/proc/{os.getpid()}"), _READ)]
-        rules += [(Path(folder), _READ_EXECUTE) for folder in (*_SYSTEM_FOLDERS, *policy.python)]
-        rules += [(Path(path), _READ) for path in policy.readable]
-        rules += [(Path(path), _READ_FILE) for path in _PROC_FILES]
-        rules += [(Path(path), rights) for path, rights in _DEVICES.items()]
-        with contextlib.suppress(OSError):
-            rules += [(Path("/dev", name), _READ_FILE | _WRITE_FILE | _IOCTL_DEV)
-                      for name in os.listdir("/dev") if name.startswith(_GPU_DEVICE_PREFIX)]
-        for path, rights in rules:
+        own = ((str(scratch), _SCRATCH), (f"/proc/{os.getpid()}", _READ))
+        for path, rights in (*own, *policy.rules):
             _add_rule(ruleset, path, rights & fs)
-        return _libc.syscall(_SYS_LANDLOCK[2], ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+        return _syscall(_SYS_LANDLOCK[2], ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
     finally:
         os.close(ruleset)
 
 
-def _add_rule(ruleset: int, path: Path, rights: int) -> None:
-    """Allow ``rights`` beneath ``path``; a path that does not exist is skipped."""
+def _add_rule(ruleset: int, path: str, rights: int) -> None:
+    """Allow ``rights`` beneath ``path``; a path that has gone is skipped."""
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        if not os.path.isdir(path):
-            rights &= _FILE_RIGHTS  # a rule on a file may hold file rights only
         attr = _PathBeneathAttr(rights, fd)
-        _libc.syscall(_SYS_LANDLOCK[1], ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
-                      ctypes.byref(attr), ctypes.c_uint32(0))
+        _syscall(_SYS_LANDLOCK[1], ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                 ctypes.byref(attr), ctypes.c_uint32(0))
     finally:
         os.close(fd)
 
@@ -374,9 +385,12 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+_PROGRAM = _seccomp_program()
+
+
 def _seccomp() -> bool:
     """Install the filter (after no_new_privs); True once in force."""
-    program = _seccomp_program()
+    program = _PROGRAM
     if program is None:
         return False
     buffer = ctypes.create_string_buffer(program, len(program))
@@ -389,4 +403,4 @@ def _prctl(option: int, *args: int) -> int:
     if sys.platform != "linux":
         return -1
     values = [ctypes.c_ulong(value) for value in args] + [ctypes.c_ulong(0)] * (4 - len(args))
-    return _libc.prctl(ctypes.c_int(option), *values)
+    return _prctl_call(ctypes.c_int(option), *values)

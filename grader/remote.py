@@ -26,7 +26,7 @@ from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.portability import expect_portable, plain_line
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
-from grader.static_scan import forbidden_calls, refusal_message
+from grader.static_scan import Scan, refusal_message
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -73,6 +73,7 @@ class RemoteSubmission:
         self._load_failure: str | None = None
         self._signatures: dict[str, Signature] = {}
         self._exercises: dict[str, _ExerciseState] = {}
+        self._scan: Scan | None = None  # the file's syntax tree, read once for all its exercises
         self._forbidden_found: dict[str, list[tuple[int, str]]] = {}  # static scan, by exercise
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
@@ -251,8 +252,10 @@ class RemoteSubmission:
         or reaches into torch's internals, found in the source: also on paths
         the checks' inputs never take."""
         if exercise not in self._forbidden_found:
-            tree = ast.Module(body=[node for _, _, node in self.submission.statements], type_ignores=[])
-            self._forbidden_found[exercise] = forbidden_calls(tree, exercise, self._forbidden(exercise))
+            if self._scan is None:
+                self._scan = Scan(ast.Module(body=[node for _, _, node in self.submission.statements],
+                                             type_ignores=[]))
+            self._forbidden_found[exercise] = self._scan.findings(exercise, self._forbidden(exercise))
         if self._forbidden_found[exercise]:
             line, name = self._forbidden_found[exercise][0]
             raise CheckFailure(refusal_message(exercise, name, self.submission.where(line), self._forbidden(exercise)),

@@ -80,6 +80,7 @@ def fork_server(submissions: dict[str, Submission]) -> ForkServer:
     uid = _WORKER_ACCOUNT[0] if _WORKER_ACCOUNT else os.getuid()
     policy = Policy(str(scratch), _python_folders(), (str(stage),),
                     isolation.processes_of(uid) if uid != 0 else 0, _WORKER_ACCOUNT, layers())
+    policy = dataclasses.replace(policy, rules=isolation.fixed_rules(policy))
     # Measured here once rather than in every worker (a millisecond each):
     # the server, and the workers it forks, start with this address space.
     run = functools.partial(worker.main, _address_space_bytes(), policy)

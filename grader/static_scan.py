@@ -108,31 +108,52 @@ _LITERAL_DEPTH = 64  # deeper string arithmetic counts as computed
 _WRITTEN_NODES = 12  # larger expressions are named by their attribute alone
 
 
-def forbidden_calls(tree: ast.Module, exercise: str, forbidden: Iterable[str]) -> list[tuple[int, str]]:
-    """``[(line, name)]``, sorted, of what the exercise may not use: the
-    forbidden names its own code reaches and the escape hatches of the code
-    that runs for it. ``refusal_message`` turns one into a sentence.
+class Scan:
+    """One submission's syntax tree, read for every exercise of its chapter:
+    what is shared between exercises (the names' meanings, the code that
+    runs at import, each definition's escape hatches) is worked out once."""
 
-    Args:
-        tree: the whole submission.
-        exercise: the function or class the exercise asks for; its body and
-            the bodies of the file's functions and classes it uses (directly
-            or not) are scanned for both; the code that runs when the file is
-            imported, for escape hatches only (they cost every exercise).
-        forbidden: dotted names, as the catalog lists them.
-    """
-    definitions = {node.name: node for node in tree.body
-                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    scope = _Scope.of(tree)
-    own = _reached([definitions[exercise]], definitions, scope) if exercise in definitions else []
-    shared = _reached(_import_time(tree), definitions, scope)
-    found = set()
-    for node in own + shared:
-        found.update(_escape_hatches(node, scope))
-    families = frozenset(forbidden)
-    for node in own:
-        found.update(_forbidden_names(node, scope, families))
-    return _longest_per_line(found)
+    def __init__(self, tree: ast.Module):
+        self.definitions = {node.name: node for node in tree.body
+                            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        self.scope = _Scope.of(tree)
+        self._tree = tree
+        self._shared: set[tuple[int, str]] | None = None
+        self._hatches: dict[int, set[tuple[int, str]]] = {}  # by id() of a node of the tree
+
+    def findings(self, exercise: str, forbidden: Iterable[str]) -> list[tuple[int, str]]:
+        """``[(line, name)]``, sorted, of what the exercise may not use: the
+        forbidden names its own code reaches and the escape hatches of the
+        code that runs for it. ``refusal_message`` turns one into a sentence.
+
+        Args:
+            exercise: the function or class the exercise asks for; its body
+                and the bodies of the file's functions and classes it uses
+                (directly or not) are scanned for both; the code that runs
+                when the file is imported, for escape hatches only (they
+                cost every exercise).
+            forbidden: dotted names, as the catalog lists them.
+        """
+        own = (_reached([self.definitions[exercise]], self.definitions, self.scope)
+               if exercise in self.definitions else [])
+        if self._shared is None:
+            self._shared = set().union(*map(self._escape_hatches, _reached(_import_time(self._tree),
+                                                                           self.definitions, self.scope)))
+        found = set(self._shared).union(*map(self._escape_hatches, own))
+        families = frozenset(forbidden)
+        for node in own:
+            found.update(_forbidden_names(node, self.scope, families))
+        return _longest_per_line(found)
+
+    def _escape_hatches(self, node: ast.AST) -> set[tuple[int, str]]:
+        if id(node) not in self._hatches:
+            self._hatches[id(node)] = set(_escape_hatches(node, self.scope))
+        return self._hatches[id(node)]
+
+
+def forbidden_calls(tree: ast.Module, exercise: str, forbidden: Iterable[str]) -> list[tuple[int, str]]:
+    """``Scan(tree).findings(exercise, forbidden)``: for one exercise alone."""
+    return Scan(tree).findings(exercise, forbidden)
 
 
 def refusal_message(exercise: str, name: str, where: str, forbidden: Iterable[str] = ()) -> str:
