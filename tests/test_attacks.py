@@ -1,0 +1,568 @@
+"""The project's attack corpus: submissions that try to get points they did
+not earn, or to reach what they are not graded on.
+
+Each case hides its trick inside one exercise (its *target*) of an otherwise
+correct chapter file. Wherever it runs, the target scores 0, every other
+exercise and every other student keeps its points, the grade ends within its
+bound, and nothing the trick started is left running.
+
+The lines of defence are tested apart. The static scan refuses, in the
+grader and before anything runs, the ways around the worker's guards; the
+``unscanned`` tests grade without it, and there the worker's guards and the
+operating system (``grader.isolation``) must hold by themselves; the
+``unconfined`` tests also take the kernel's layers away, as on a machine
+without Landlock or seccomp, and show what is left: the grader's deadlines
+and its reaping. The student edition and the Gradescope bundle run some of
+these cases too (tests/test_release.py, tests/test_gradescope.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import grader.forkserver
+import grader.sandbox
+from conftest import SOLUTION, STUB, affected_by, replace_function, solution_source
+from grader import reaping
+from grader.batch import CSV_FILE, STATE_FILE, GradingOptions, run_batch
+from grader.catalog import COURSE_ROOT, find_chapter
+from grader.known_bugs import KNOWN_BUGS
+
+CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
+REFERENCE = COURSE_ROOT / "solutions" / f"{CH01.module}.py"
+BOUND_SECONDS = 30  # a whole chapter 1 grade with FAST limits, and room for a loaded machine
+
+
+@dataclass(frozen=True)
+class Attack:
+    """A trick, written as the definition of the exercise it targets.
+
+    ``stopped_by``: what must stop it. "scan" - only the static scan can (the
+    trick puts the guards back as it found them, or calls its way around
+    them by name); "guards" - the worker's guards also refuse it at run
+    time; "os" - the kernel does (Landlock, seccomp, rlimits).
+    """
+
+    name: str
+    chapter: str
+    target: str
+    definition: str
+    stopped_by: str
+
+    def source(self, base: str | None = None) -> str:
+        return replace_function(base or solution_source(find_chapter(self.chapter)), self.target, self.definition)
+
+
+SOFTMAX_BY_HAND = "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return exps / exps.sum(dim=dim, keepdim=True)\n"
+
+ATTACKS = [
+    Attack("alias-hides-internals", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    T = torch
+    with T._C.DisableTorchFunction():
+        return T.softmax(x, dim)
+''', "guards"),
+    Attack("importlib-pops-the-modes", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    import importlib
+    dispatch = importlib.import_module("torch.utils." + "_python_dispatch")
+    internals = importlib.import_module("torch." + "_C")
+    with getattr(dispatch, "_disable_current_" + "modes")():
+        with getattr(internals, "DisableTorch" + "Function")():
+            return torch.softmax(x, dim)
+''', "scan"),
+    Attack("guard-methods-replaced", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    import sys
+    guards = sys.modules["grader." + "guards"]
+    passing = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
+    guards.ForbiddenCalls.__torch_function__ = passing
+    guards.ForbiddenKernels.__torch_dispatch__ = passing
+    return torch.softmax(x, dim)
+''', "guards"),
+    Attack("mha-forward-with-torch-functions-off", "ch03", "torch_multihead_forward", '''
+def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias,
+                            out_proj_weight, out_proj_bias, key_padding_mask=None, batch_first=False):
+    q, k, v = (t.transpose(0, 1) if batch_first else t for t in (query, key, value))
+    with torch._C.DisableTorchFunction():
+        out = F.multi_head_attention_forward(
+            q, k, v, q.shape[-1], num_heads, in_proj_weight, in_proj_bias, None, None, False, 0.0,
+            out_proj_weight, out_proj_bias, training=False, key_padding_mask=key_padding_mask,
+            need_weights=False)[0]
+    return out.transpose(0, 1) if batch_first else out
+''', "guards"),
+    Attack("portability-tracker-silenced", "ch04", "causal_mask", '''
+def causal_mask(num_queries, num_keys=None, device=None):
+    import sys
+    sys.modules["grader." + "portability"].DeviceTracker.problem = lambda self, result: None
+    num_keys = num_queries if num_keys is None else num_keys
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+''', "guards"),
+    Attack("numpy-exercise-uses-torch", "ch01", "softmax_numpy", '''
+def softmax_numpy(x, axis=-1):
+    return torch.softmax(torch.from_numpy(x), axis).numpy()
+''', "guards"),
+    Attack("execs-the-reference", "ch01", "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    namespace = {{}}
+    with open({str(REFERENCE)!r}) as reference:
+        exec(reference.read(), namespace)
+    return namespace["self_attention"](x, w_q, w_k, w_v, mask)
+''', "os"),
+    Attack("appends-to-the-grader", "ch01", "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    with open({str(COURSE_ROOT / "grader" / "compare.py")!r}, "a") as grader_file:
+        grader_file.write("\\n# every later stub passes\\n")
+    return x
+''', "os"),
+    Attack("forks-a-process", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os, time
+    if os.fork() == 0:
+        time.sleep(30)
+        os._exit(0)
+    return x
+''', "os"),
+    Attack("fork-flood", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os, time
+    for _ in range(40):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+    return x
+''', "os"),
+    Attack("stops-the-fork-server", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os, signal
+    os.kill(os.getppid(), signal.SIGSTOP)
+    return x
+''', "os"),
+    Attack("writes-200-mib", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    with open("hoard.bin", "wb") as hoard:
+        for _ in range(200):
+            hoard.write(b"x" * 2**20)
+    return x
+''', "os"),
+]
+BY_NAME = {attack.name: attack for attack in ATTACKS}
+
+
+def others_keep_their_points(report, attack: Attack) -> None:
+    """The target scores 0; every exercise of the chapter that does not
+    build on it passes."""
+    builds_on_it = affected_by(find_chapter(attack.chapter), attack.target)
+    for result in report.exercises:
+        if result.exercise.name == attack.target:
+            assert result.score == 0, f"{attack.name}: {result.reason}"
+        elif result.exercise.name not in builds_on_it:
+            assert result.status == "passed", f"{attack.name} cost {result.exercise.name}: {result.reason}"
+
+
+def nothing_left_running() -> None:
+    assert reaping.descendants() == frozenset()
+
+
+@pytest.fixture
+def unconfined(monkeypatch):
+    """Workers without the kernel's layers, as on a machine that lacks
+    Landlock and seccomp: what is left must still end every grade."""
+    monkeypatch.setattr(grader.sandbox, "layers", frozenset)
+    monkeypatch.setattr(grader.forkserver, "ANSWER_SECONDS", 1.0)
+
+
+def grade_attack(grade_source, attack: Attack, base: str | None = None):
+    started = time.monotonic()
+    report = grade_source(attack.source(base), chapter=attack.chapter)
+    assert time.monotonic() - started < BOUND_SECONDS
+    nothing_left_running()
+    return report
+
+
+# -- student's grade -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda attack: attack.name)
+def test_every_attack_scores_nothing_on_its_target(grade_source, attack):
+    others_keep_their_points(grade_attack(grade_source, attack), attack)
+
+
+@pytest.mark.usefixtures("unscanned")
+@pytest.mark.parametrize("attack", [a for a in ATTACKS if a.stopped_by != "scan"], ids=lambda attack: attack.name)
+def test_without_the_static_scan_the_worker_and_the_kernel_hold(grade_source, attack):
+    others_keep_their_points(grade_attack(grade_source, attack), attack)
+
+
+@pytest.mark.usefixtures("unscanned")
+@pytest.mark.parametrize("name, fragment", [
+    ("execs-the-reference", "PermissionError"),
+    ("appends-to-the-grader", "PermissionError"),
+    ("forks-a-process", "PermissionError"),
+    ("stops-the-fork-server", "PermissionError"),
+    ("writes-200-mib", "File too large"),
+    ("guard-methods-replaced", "changed the grader's checks in its process"),
+    ("portability-tracker-silenced", "changed the grader's checks in its process"),
+    ("numpy-exercise-uses-torch", "uses torch: this exercise is written without torch"),
+])
+def test_what_stops_each_attack_is_named(grade_source, name, fragment):
+    attack = BY_NAME[name]
+    report = grade_attack(grade_source, attack)
+    target = next(result for result in report.exercises if result.exercise.name == attack.target)
+    assert any(fragment in check.message for check in target.failed_checks), target.failed_checks[0].message
+
+
+def test_the_grader_files_are_as_they_were():
+    """After the attacks above: nothing was appended to the grader."""
+    assert "every later stub passes" not in (COURSE_ROOT / "grader" / "compare.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.usefixtures("unscanned", "unconfined")
+@pytest.mark.parametrize("name", ["forks-a-process", "fork-flood", "stops-the-fork-server"])
+def test_without_the_kernels_layers_deadlines_and_reaping_end_the_grade(grade_source, name):
+    """A machine without Landlock or seccomp: the processes a submission
+    forks are killed when the grade ends, a stopped fork server is replaced."""
+    attack = BY_NAME[name]
+    report = grade_attack(grade_source, attack)
+    # self_attention returns x: wrong, and nothing else is affected.
+    others_keep_their_points(report, attack)
+
+
+def test_a_measurement_switched_off_fails_the_memory_check(grade_source):
+    """tiled_attention that builds the whole score matrix and pops the
+    measuring mode for good: refused by the scan, and by the guards without it."""
+    chapter = find_chapter("ch07")
+    source = replace_function(solution_source(chapter), "tiled_attention", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    from torch.utils._python_dispatch import _pop_mode
+    _pop_mode()
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(
+            k.shape[-2] - q.shape[-2]), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+''')
+    report = grade_source(source, chapter="ch07")
+    assert next(r for r in report.exercises if r.exercise.name == "tiled_attention").score == 0
+
+
+# -- a grade's outputs ------------------------------------------------------------
+
+
+def test_a_file_python_cannot_parse_costs_that_chapter_alone(tmp_path):
+    """A 20,000-term expression makes Python's parser give up: one line for
+    that chapter, every other chapter's verdict kept, no traceback."""
+    (tmp_path / f"{CH01.module}.py").write_text(SOLUTION, encoding="utf-8")
+    deep = "x = " + " + ".join(["1"] * 20000) + "\n"
+    (tmp_path / "ch02_cross_attention.py").write_text(deep, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "--dir", str(tmp_path), "--json",
+                           "--seed", "1", "--timeout", "5"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr
+    results = json.loads(done.stdout)
+    scores = {test["name"].split(":")[0]: test for test in results["tests"]}
+    assert all(test["score"] == test["max_score"] for name, test in scores.items() if name.startswith("ch01"))
+    ch02 = [test for name, test in scores.items() if name.startswith("ch02")]
+    assert ch02 and all(test["score"] == 0 and "cannot be parsed: it is nested too deeply" in test["output"]
+                        for test in ch02)
+
+
+def test_a_piped_grade_ends_when_the_grader_does(tmp_path):
+    """``grade --json | reader``: the reader sees the end of the output when
+    the grader exits, and nothing the submission started writes after it."""
+    out = tmp_path / "grade.json"
+    path = tmp_path / f"{CH01.module}.py"
+    path.write_text(BY_NAME["forks-a-process"].source(), encoding="utf-8")
+    started = time.monotonic()
+    with open(out, "w", encoding="utf-8") as stream:
+        done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1",
+                               "--timeout", "5"], stdout=subprocess.PIPE, stderr=stream, timeout=120)
+    assert time.monotonic() - started < BOUND_SECONDS
+    assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points
+
+
+def memory_reader() -> str:
+    """A chapter 1 stub whose softmax reads its worker's memory out, looking
+    for a known bug's edited line and a line of the reference's code, and
+    says in its error what it found (an error's words reach the student).
+
+    A text searched for whole would be found in the search's own code: each
+    is searched as its first half, followed by bytes whose hash is that of
+    its second half. A canary the function builds itself, searched the same
+    way, shows that the search works."""
+    import hashlib
+
+    bug = KNOWN_BUGS["ch01"][0].new.strip()
+    body = REFERENCE.read_text(encoding="utf-8").split("# BEGIN SOLUTION")[1].split("# END SOLUTION")[0]
+    marker = next(line.strip() for line in body.splitlines() if len(line.strip()) > 30)
+    assert marker not in STUB and bug not in STUB
+    needles = [("canary-", "of-the-submission")] + [(text[:len(text) // 2], text[len(text) // 2:])
+                                                     for text in (bug, marker)]
+    wanted = [(head.encode(), len(tail.encode()), hashlib.sha256(tail.encode()).hexdigest(), name)
+              for (head, tail), name in zip(needles, ("canary", "a known bug", "the reference"))]
+    return STUB + f'''
+
+def softmax(x, dim=-1):
+    import hashlib
+    canary = "canary-" + "of-" + "the-submission"
+    found = set()
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", buffering=0) as memory:
+        for line in maps:
+            fields = line.split()
+            if "rw" not in fields[1] or (len(fields) > 5 and fields[5].startswith("/")):
+                continue  # the heaps only: no library's code
+            start, end = (int(part, 16) for part in fields[0].split("-"))
+            try:
+                memory.seek(start)
+                data = memory.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+            for head, size, digest, name in {wanted!r}:
+                at = data.find(head)
+                while at >= 0 and name not in found:
+                    tail = data[at + len(head): at + len(head) + size]
+                    if hashlib.sha256(tail).hexdigest() == digest:
+                        found.add(name)
+                    at = data.find(head, at + 1)
+    raise RuntimeError(f"found: {{', '.join(sorted(found))}} ({{len(canary)}})")
+'''
+
+
+STDOUT_HOLDER = Attack("holds-the-graders-stdout", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os, time
+    def parent(pid):
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    grader = parent(parent(os.getpid()))  # the worker's fork server's parent
+    if os.fork() == 0:
+        try:
+            with open(f"/proc/{grader}/fd/1", "w") as stdout:
+                for _ in range(300):
+                    stdout.write("forged\\n")
+                    stdout.flush()
+                    time.sleep(0.1)
+        finally:
+            os._exit(0)
+    return x
+''', "os")
+# The command line with neither the static scan nor the kernel's layers.
+UNCONFINED_CLI = ("import sys, grader.remote, grader.sandbox; grader.sandbox.layers = frozenset; "
+                  f"sys.path.insert(0, {str(Path(__file__).parent)!r}); from conftest import NoScan; "
+                  "grader.remote.Scan = NoScan; "
+                  "from grader.cli import run; sys.argv = ['mha-course'] + sys.argv[1:]; run()")
+
+
+@pytest.mark.parametrize("confined", [True, False], ids=["confined", "unconfined"])
+def test_a_process_that_holds_the_graders_output_dies_with_the_grade(tmp_path, confined):
+    """The reader of ``grade --json``'s output sees its end when the grader
+    exits: with the layers, the worker can neither fork nor reach the
+    grader's output; without them, what it forked is killed before the
+    report is written."""
+    path = tmp_path / f"{CH01.module}.py"
+    path.write_text(STDOUT_HOLDER.source(), encoding="utf-8")
+    prefix = [sys.executable, "-m", "grader"] if confined else [sys.executable, "-c", UNCONFINED_CLI]
+    started = time.monotonic()
+    done = subprocess.run([*prefix, "grade", str(path), "--json", "--seed", "1", "--timeout", "5"],
+                          capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < BOUND_SECONDS
+    if confined:
+        assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points
+
+
+def test_no_known_bug_nor_the_reference_is_in_a_workers_memory(tmp_path):
+    """A worker that reads its own memory out finds neither the catalog's
+    edited lines nor the reference's code, so neither can leave through a
+    message: a grade forks its workers' server before it loads them."""
+    source = memory_reader()
+    path = tmp_path / f"{CH01.module}.py"
+    path.write_text(source, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1",
+                           "--timeout", "20"], capture_output=True, text=True, timeout=240)
+    softmax = next(test for test in json.loads(done.stdout)["tests"] if test["name"].startswith("ch01 softmax"))
+    assert "found: canary (" in softmax["output"], softmax["output"]
+
+
+# -- an instructor's batch -------------------------------------------------------------
+
+
+BATCH_ATTACKS = ["execs-the-reference", "appends-to-the-grader", "forks-a-process", "fork-flood",
+                 "stops-the-fork-server", "writes-200-mib"]
+
+
+def classmate_reader(alice: Path) -> Attack:
+    return Attack("reads-a-classmate", "ch01", "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    namespace = {{}}
+    with open({str(alice)!r}) as classmate:
+        exec(classmate.read(), namespace)
+    return namespace["self_attention"](x, w_q, w_k, w_v, mask)
+''', "os")
+
+
+def daemon(out: Path) -> Attack:
+    """A process that would outlive the grade and rewrite its outputs."""
+    forged = {"score": 1000}
+    return Attack("rewrites-the-outputs", "ch01", "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        for _ in range(200):
+            for name in ("{CSV_FILE}", "{STATE_FILE}", "results/alice.json"):
+                try:
+                    with open(os.path.join({str(out)!r}, name), "w") as forged:
+                        forged.write({json.dumps(forged)!r})
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        os._exit(0)
+    return x
+''', "os")
+
+
+def write_class(folder: Path, out: Path) -> dict[str, Attack | None]:
+    """An honest student (alice), and one student per attack."""
+    students: dict[str, Attack | None] = {"alice": None}
+    (folder / "alice").mkdir(parents=True)
+    alice = folder / "alice" / f"{CH01.module}.py"
+    alice.write_text(SOLUTION, encoding="utf-8")
+    attacks = [BY_NAME[name] for name in BATCH_ATTACKS] + [classmate_reader(alice), daemon(out)]
+    for attack in attacks:
+        student = attack.name.replace("-", "_")
+        (folder / student).mkdir()
+        (folder / student / f"{CH01.module}.py").write_text(attack.source(), encoding="utf-8")
+        students[student] = attack
+    return students
+
+
+def batch_rows(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / CSV_FILE, newline="", encoding="utf-8") as stream:
+        return {row["student"]: row for row in csv.DictReader(stream)}
+
+
+def assert_class_graded_fairly(out: Path, students: dict[str, Attack | None]) -> None:
+    rows = batch_rows(out)
+    for student, attack in students.items():
+        for exercise in CH01.exercises:
+            scored = int(rows[student][f"ch01/{exercise.name}"])
+            if attack and exercise.name != attack.target and exercise.name in affected_by(CH01, attack.target):
+                continue  # it calls the target
+            expected = 0 if attack and exercise.name == attack.target else exercise.points
+            assert scored == expected, f"{student}: ch01/{exercise.name} scored {scored}: {rows[student]['note']}"
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    return {path.relative_to(out).as_posix(): path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+
+
+def check_batch(tmp_path: Path) -> None:
+    out = tmp_path / "grades"
+    students = write_class(tmp_path / "class", out)
+    started = time.monotonic()
+    result = run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0), jobs=2)
+    assert time.monotonic() - started < 120
+    assert {row.student for row in result.grades} == set(students)
+    nothing_left_running()
+    written = outputs(out)
+    time.sleep(0.5)  # a process left behind would have rewritten them by now
+    assert outputs(out) == written
+    assert_class_graded_fairly(out, students)
+    # A re-run trusts the state it wrote itself, and grades nobody again.
+    again = run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0), jobs=2)
+    assert again.graded_now == set()
+    assert_class_graded_fairly(out, students)
+
+
+def test_a_class_with_attackers_is_graded_fairly(tmp_path):
+    check_batch(tmp_path)
+
+
+@pytest.mark.usefixtures("unscanned")
+def test_without_the_scan_the_kernel_keeps_the_class_fair(tmp_path):
+    check_batch(tmp_path)
+
+
+def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
+    """``mha-course batch`` grades each student from a process that never
+    loaded the reference, the checks or the known bugs."""
+    for student, source in (("alice", SOLUTION), ("mallory", memory_reader())):
+        (tmp_path / "class" / student).mkdir(parents=True)
+        (tmp_path / "class" / student / f"{CH01.module}.py").write_text(source, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--out",
+                           str(tmp_path / "grades"), "--seed", "1", "--timeout", "20"],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "grades" / "results" / "mallory.json").read_text(encoding="utf-8"))
+    softmax = next(test for test in results["tests"] if test["name"].startswith("ch01 softmax:"))
+    assert "found: canary (" in softmax["output"], softmax["output"]
+    assert batch_rows(tmp_path / "grades")["alice"]["total"] == str(CH01.points)
+
+
+@pytest.mark.usefixtures("unscanned", "unconfined")
+def test_without_the_kernels_layers_a_daemon_dies_before_the_outputs_are_written(tmp_path):
+    out = tmp_path / "grades"
+    (tmp_path / "class" / "mallory").mkdir(parents=True)
+    (tmp_path / "class" / "mallory" / f"{CH01.module}.py").write_text(daemon(out).source(), encoding="utf-8")
+    run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0), jobs=1)
+    nothing_left_running()
+    written = outputs(out)
+    time.sleep(0.5)
+    assert outputs(out) == written
+    assert "1000" not in (out / CSV_FILE).read_text(encoding="utf-8")
+
+
+def test_a_state_file_changed_by_anyone_else_is_not_trusted(tmp_path):
+    """The state is read back as grades: one that does not carry this out
+    folder's MAC, or whose results file changed, is graded again."""
+    (tmp_path / "class" / "bob").mkdir(parents=True)
+    (tmp_path / "class" / "bob" / f"{CH01.module}.py").write_text(STUB, encoding="utf-8")
+    out = tmp_path / "grades"
+    options = GradingOptions(seed=5, check_seconds=2.0)
+    run_batch(tmp_path / "class", out, options)
+    state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
+    state["students"]["bob"]["scores"] = {key: 9 for key in state["students"]["bob"]["scores"]}
+    (out / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    again = run_batch(tmp_path / "class", out, options)
+    assert again.graded_now == {"bob"} and again.grades[0].total == 0
+    results = out / "results" / "bob.json"
+    results.write_text(results.read_text(encoding="utf-8").replace('"score": 0', '"score": 5'), encoding="utf-8")
+    assert run_batch(tmp_path / "class", out, options).graded_now == {"bob"}
+    assert json.loads(results.read_text(encoding="utf-8"))["score"] == 0
+
+
+@pytest.mark.usefixtures("unscanned")
+def test_the_out_folder_is_beyond_a_workers_reach(tmp_path):
+    """The state's key, the CSV and the results: a worker can read none of them."""
+    out = tmp_path / "grades"
+    (tmp_path / "class" / "bob").mkdir(parents=True)
+    run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0))  # writes the key
+    key = out / ".batch-key"
+    assert key.is_file() and key.stat().st_mode & 0o077 == 0
+    (tmp_path / "class" / "eve").mkdir()
+    (tmp_path / "class" / "eve" / f"{CH01.module}.py").write_text(replace_function(SOLUTION, "self_attention", f'''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    with open({str(key)!r}, "rb") as stolen:
+        stolen.read()
+    return x
+'''), encoding="utf-8")
+    run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0))
+    results = json.loads((out / "results" / "eve.json").read_text(encoding="utf-8"))
+    message = next(test["output"] for test in results["tests"] if "self_attention" in test["name"])
+    assert "PermissionError" in message
+
+
+def test_the_os_layer_is_on_here():
+    """These tests mean what they say only where the kernel has the layers."""
+    layers = grader.sandbox.layers()
+    if os.uname().sysname != "Linux":
+        pytest.skip("Landlock and seccomp are Linux's")
+    assert {"landlock", "seccomp"} <= layers, layers
