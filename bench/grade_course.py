@@ -34,6 +34,15 @@ def wall_time(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def print_ratios(times: dict[str, list[float]]) -> None:
+    """Each command's median wall time, and its ratio to the bare torch import's."""
+    base = statistics.median(times["python -c 'import torch'"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:34s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
+              f"  ratio {median / base:4.2f}")
+
+
 def process_tree(root: int) -> list[int]:
     """``root`` and every process below it, from /proc."""
     parents: dict[int, list[int]] = {}
@@ -82,11 +91,7 @@ def main() -> None:
     for _ in range(runs):
         for name, command in COMMANDS.items():
             times[name].append(wall_time(command))
-    base = statistics.median(times["python -c 'import torch'"])
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:32s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
-              f"  ratio {median / base:4.2f}")
+    print_ratios(times)
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"largest single process (peak RSS): {largest:.0f} MiB")
     if Path("/proc/self/smaps_rollup").exists():

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from grade_course import print_ratios, wall_time  # bench/, beside this file
 from grader import isolation, sandbox, wire
 from grader.loading import load_submission
 
@@ -90,12 +90,6 @@ def first_answer_seconds(workers: int, with_layers: bool) -> list[float]:
     return found
 
 
-def wall_time(command: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
@@ -112,11 +106,7 @@ def main() -> None:
     for _ in range(options.runs):
         for name, command in COMMANDS.items():
             times[name].append(wall_time(command))
-    base = statistics.median(times["python -c 'import torch'"])
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:34s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
-              f"  ratio {median / base:4.2f}")
+    print_ratios(times)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ import select
 import shutil
 import signal
 import stat
-import sys
 import tempfile
 import time
 import zipfile
@@ -704,19 +703,13 @@ def _apart(function: Callable[[], str]) -> str:
     """``function()``, computed in a forked child: what it reads (the
     reference solutions) never enters this process's memory, from which
     every student's workers are forked."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            os.write(write_fd, function().encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
+    from grader.shards import fork_answering
+
+    pid, read_fd = fork_answering(function)
     with os.fdopen(read_fd, "rb") as pipe:
-        text = pipe.read().decode()
+        data = pipe.read()
     os.waitpid(pid, 0)
-    return text
+    return pickle.loads(data)
 
 
 def student_seconds(options: GradingOptions) -> float:
@@ -781,20 +774,13 @@ class _Grading:
 
     @classmethod
     def start(cls, entry: Entry, options: GradingOptions, seconds: float) -> _Grading:
-        read_fd, write_fd = os.pipe()
-        sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child never returns into the caller's code
-            try:
-                os.close(read_fd)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the batch's to handle
-                data = pickle.dumps(grade_student(entry, options))
-                with os.fdopen(write_fd, "wb") as pipe:
-                    pipe.write(data)
-            finally:
-                os._exit(0)
-        os.close(write_fd)
+        from grader.shards import fork_answering
+
+        def compute() -> StudentGrade:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the batch's to handle
+            return grade_student(entry, options)
+
+        pid, read_fd = fork_answering(compute)
         return cls(entry, pid, read_fd, time.monotonic() + seconds)
 
     def read(self) -> bool:

@@ -115,6 +115,25 @@ def _take_and_work(items: Sequence[Item], work: Callable[[Item, Shared], Outcome
 
 def _fork(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
           shared: Callable[[], AbstractContextManager[Shared]], queue: int) -> tuple[int, int]:
+    def compute() -> tuple[str, object]:
+        torch.set_num_threads(1)  # as its parent does (one_thread)
+        try:
+            return "ok", _take_and_work(items, work, shared, queue)
+        except BaseException as error:  # noqa: BLE001 - raised again in the parent
+            try:
+                pickle.dumps(error)
+            except Exception:  # an exception that does not pickle: its words, then
+                error = ShardFailed(f"{type(error).__name__}: {error}")
+            return "error", error
+
+    return fork_answering(compute)
+
+
+def fork_answering(compute: Callable[[], object]) -> tuple[int, int]:
+    """Fork a copy of this process that sends back ``pickle.dumps(compute())``
+    through a pipe (nothing, if it dies first) and ends; returns its pid and
+    the pipe's end to read the answer from. Only the grader's own code may
+    run in ``compute``: the caller unpickles what comes back."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
     sys.stderr.flush()
@@ -122,14 +141,7 @@ def _fork(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
     if pid == 0:  # the child never returns into the caller's code
         try:
             os.close(read_fd)
-            torch.set_num_threads(1)  # as its parent does (one_thread)
-            try:
-                data = pickle.dumps(("ok", _take_and_work(items, work, shared, queue)))
-            except BaseException as error:  # noqa: BLE001 - raised again in the parent
-                try:
-                    data = pickle.dumps(("error", error))
-                except Exception:  # an exception that does not pickle: its words, then
-                    data = pickle.dumps(("error", ShardFailed(f"{type(error).__name__}: {error}")))
+            data = pickle.dumps(compute())
             with os.fdopen(write_fd, "wb") as pipe:
                 pipe.write(data)
         finally:
