@@ -649,7 +649,6 @@ def run_batch(
         progress: called with ``(students done, students to grade, could
             not be graded)`` as students finish.
     """
-    import torch
 
     from grader.grading import preload
     from grader.sandbox import layers
@@ -670,7 +669,6 @@ def run_batch(
         progress(0, len(pending), 0)
     if len(pending) > 1:  # imported once here, not once per student
         preload(CHAPTERS)
-    torch.set_num_threads(1)  # a process forked while OpenMP's threads exist may hang in them
 
     def done(entry: Entry, grade: StudentGrade | None) -> None:
         nonlocal broken
@@ -777,7 +775,11 @@ class _Grading:
         from grader.shards import fork_answering
 
         def compute() -> StudentGrade:
+            import torch
+
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the batch's to handle
+            # Forked, it has none of OpenMP's threads, and would hang waiting on them.
+            torch.set_num_threads(1)
             return grade_student(entry, options)
 
         pid, read_fd = fork_answering(compute)
