@@ -169,6 +169,20 @@ def others_keep_their_points(report, attack: Attack) -> None:
             assert result.status == "passed", f"{attack.name} cost {result.exercise.name}: {result.reason}"
 
 
+def json_keeps_the_others_points(tests: list[dict], attack: Attack) -> None:
+    """``others_keep_their_points`` for a results.json's tests (the student
+    edition's ``grade --json``, the Gradescope bundle)."""
+    chapter = find_chapter(attack.chapter)
+    builds_on_it = affected_by(chapter, attack.target)
+    by_name = {test["name"].split(":")[0]: test for test in tests}
+    for exercise in chapter.exercises:
+        test = by_name[f"{chapter.id} {exercise.name}"]
+        if exercise.name == attack.target:
+            assert test["score"] == 0, f"{attack.name}: {test['output']}"
+        elif exercise.name not in builds_on_it:
+            assert test["score"] == test["max_score"], f"{attack.name} cost {exercise.name}: {test['output']}"
+
+
 def nothing_left_running() -> None:
     assert reaping.descendants() == frozenset()
 

@@ -350,3 +350,17 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
             assert score == maximum, name
     output = next(test["output"] for test in results["tests"] if test["name"].startswith("ch01 self_attention"))
     assert "PermissionError" in output
+
+
+@pytest.mark.parametrize("name", [
+    "alias-hides-internals", "guard-methods-replaced", "mha-forward-with-torch-functions-off",
+    "portability-tracker-silenced", "numpy-exercise-uses-torch", "execs-the-reference",
+    "appends-to-the-grader", "fork-flood", "stops-the-fork-server", "writes-200-mib",
+])
+def test_every_attack_scores_nothing_in_the_bundle(autograder, name):
+    from test_attacks import BY_NAME, json_keeps_the_others_points
+
+    attack = BY_NAME[name]
+    module = find_chapter(attack.chapter).module
+    results, _ = autograder({f"{module}.py": attack.source()})
+    json_keeps_the_others_points(results["tests"], attack)

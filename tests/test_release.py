@@ -214,3 +214,17 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     assert tests["ch01 self_attention"]["score"] == 0
     assert "PermissionError" in tests["ch01 self_attention"]["output"]
     assert all(test["score"] == test["max_score"] for name, test in tests.items() if name != "ch01 self_attention")
+
+
+@pytest.mark.parametrize("name", [
+    "alias-hides-internals", "guard-methods-replaced", "numpy-exercise-uses-torch", "execs-the-reference",
+    "forks-a-process", "stops-the-fork-server", "writes-200-mib",
+])
+def test_every_attack_scores_nothing_in_the_edition(edition, tmp_path, name):
+    from test_attacks import BY_NAME, json_keeps_the_others_points
+
+    attack = BY_NAME[name]
+    path = tmp_path / f"{find_chapter(attack.chapter).module}.py"
+    path.write_text(attack.source(), encoding="utf-8")
+    done = _edition_grade(edition, "grade", str(path), "--json", "--seed", str(SEED))
+    json_keeps_the_others_points(json.loads(done.stdout)["tests"], attack)
