@@ -40,6 +40,9 @@ from grader.known_bugs import KNOWN_BUGS
 CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
 REFERENCE = COURSE_ROOT / "solutions" / f"{CH01.module}.py"
 BOUND_SECONDS = 30  # a whole chapter 1 grade with FAST limits, and room for a loaded machine
+# Where the "appends to the grader" attack writes: inside the grader's package
+# (an editable install's), in a file whose existence would do no harm.
+GRADER_PROBE = COURSE_ROOT / "grader" / "attack-probe.txt"
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
 ''', "os"),
     Attack("appends-to-the-grader", "ch01", "self_attention", f'''
 def self_attention(x, w_q, w_k, w_v, mask=None):
-    with open({str(COURSE_ROOT / "grader" / "compare.py")!r}, "a") as grader_file:
+    with open({str(GRADER_PROBE)!r}, "a") as grader_file:
         grader_file.write("\\n# every later stub passes\\n")
     return x
 ''', "os"),
@@ -187,6 +190,12 @@ def nothing_left_running() -> None:
     assert reaping.descendants() == frozenset()
 
 
+# What the kernel stops (with the static scan off) it stops only where it has the layers.
+KERNEL_LAYERS = {"landlock", "scopes", "seccomp"} <= grader.sandbox.layers()
+kernel_layers = pytest.mark.skipif(not KERNEL_LAYERS, reason="this kernel lacks Landlock's scopes "
+                                   "(Linux 6.12) or the seccomp filter")
+
+
 @pytest.fixture
 def unconfined(monkeypatch):
     """Workers without the kernel's layers, as on a machine that lacks
@@ -200,7 +209,16 @@ def grade_attack(grade_source, attack: Attack, base: str | None = None):
     report = grade_source(attack.source(base), chapter=attack.chapter)
     assert time.monotonic() - started < BOUND_SECONDS
     nothing_left_running()
+    grader_untouched()
     return report
+
+
+def grader_untouched() -> None:
+    """No worker wrote into the grader's folder (on a kernel without
+    Landlock one could: the probe is removed, and only there allowed)."""
+    written = GRADER_PROBE.exists()
+    GRADER_PROBE.unlink(missing_ok=True)
+    assert not (written and KERNEL_LAYERS), "a worker wrote into the grader's folder"
 
 
 # -- student's grade -----------------------------------------------------------------
@@ -211,12 +229,14 @@ def test_every_attack_scores_nothing_on_its_target(grade_source, attack):
     others_keep_their_points(grade_attack(grade_source, attack), attack)
 
 
+@kernel_layers
 @pytest.mark.usefixtures("unscanned")
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.stopped_by != "scan"], ids=lambda attack: attack.name)
 def test_without_the_static_scan_the_worker_and_the_kernel_hold(grade_source, attack):
     others_keep_their_points(grade_attack(grade_source, attack), attack)
 
 
+@kernel_layers
 @pytest.mark.usefixtures("unscanned")
 @pytest.mark.parametrize("name, fragment", [
     ("execs-the-reference", "PermissionError"),
@@ -233,11 +253,6 @@ def test_what_stops_each_attack_is_named(grade_source, name, fragment):
     report = grade_attack(grade_source, attack)
     target = next(result for result in report.exercises if result.exercise.name == attack.target)
     assert any(fragment in check.message for check in target.failed_checks), target.failed_checks[0].message
-
-
-def test_the_grader_files_are_as_they_were():
-    """After the attacks above: nothing was appended to the grader."""
-    assert "every later stub passes" not in (COURSE_ROOT / "grader" / "compare.py").read_text(encoding="utf-8")
 
 
 @pytest.mark.usefixtures("unscanned", "unconfined")
@@ -500,6 +515,7 @@ def test_a_class_with_attackers_is_graded_fairly(tmp_path):
     check_batch(tmp_path)
 
 
+@kernel_layers
 @pytest.mark.usefixtures("unscanned")
 def test_without_the_scan_the_kernel_keeps_the_class_fair(tmp_path):
     check_batch(tmp_path)
@@ -553,6 +569,7 @@ def test_a_state_file_changed_by_anyone_else_is_not_trusted(tmp_path):
     assert json.loads(results.read_text(encoding="utf-8"))["score"] == 0
 
 
+@kernel_layers
 @pytest.mark.usefixtures("unscanned")
 def test_the_out_folder_is_beyond_a_workers_reach(tmp_path):
     """The state's key, the CSV and the results: a worker can read none of them."""
@@ -575,8 +592,9 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
 
 
 def test_the_os_layer_is_on_here():
-    """These tests mean what they say only where the kernel has the layers."""
-    layers = grader.sandbox.layers()
-    if os.uname().sysname != "Linux":
-        pytest.skip("Landlock and seccomp are Linux's")
-    assert {"landlock", "seccomp"} <= layers, layers
+    """Where the kernel can (Linux 6.12 or newer on x86-64 or arm64), every
+    layer is on: the tests marked ``kernel_layers`` are not skipped there."""
+    release = tuple(int(part) for part in os.uname().release.split(".")[:2] if part.isdigit())
+    if os.uname().sysname != "Linux" or release < (6, 12) or os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("Landlock's scopes need Linux 6.12, the seccomp filter x86-64 or arm64")
+    assert {"landlock", "scopes", "seccomp"} <= grader.sandbox.layers()

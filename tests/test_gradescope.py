@@ -358,9 +358,10 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     "appends-to-the-grader", "fork-flood", "stops-the-fork-server", "writes-200-mib",
 ])
 def test_every_attack_scores_nothing_in_the_bundle(autograder, name):
-    from test_attacks import BY_NAME, json_keeps_the_others_points
+    from test_attacks import BY_NAME, grader_untouched, json_keeps_the_others_points
 
     attack = BY_NAME[name]
     module = find_chapter(attack.chapter).module
     results, _ = autograder({f"{module}.py": attack.source()})
     json_keeps_the_others_points(results["tests"], attack)
+    grader_untouched()

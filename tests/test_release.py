@@ -221,10 +221,11 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     "forks-a-process", "stops-the-fork-server", "writes-200-mib",
 ])
 def test_every_attack_scores_nothing_in_the_edition(edition, tmp_path, name):
-    from test_attacks import BY_NAME, json_keeps_the_others_points
+    from test_attacks import BY_NAME, grader_untouched, json_keeps_the_others_points
 
     attack = BY_NAME[name]
     path = tmp_path / f"{find_chapter(attack.chapter).module}.py"
     path.write_text(attack.source(), encoding="utf-8")
     done = _edition_grade(edition, "grade", str(path), "--json", "--seed", str(SEED))
     json_keeps_the_others_points(json.loads(done.stdout)["tests"], attack)
+    grader_untouched()
