@@ -17,6 +17,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -66,18 +67,42 @@ def descendants() -> frozenset[tuple[int, str]]:
 def stop_descendants(spare: frozenset[tuple[int, str]] = frozenset(), rounds: int = 50) -> int:
     """Kill and reap every process below this one but those in ``spare``
     (``descendants()`` taken earlier: processes that are not the grade's)
-    and theirs; returns how many were stopped. Killing a process hands its
-    own children to this one (the subreaper), hence the rounds."""
+    and theirs; returns how many were stopped."""
+    me = os.getpid()
+
+    def mine(table: dict[int, tuple[int, str, str]]) -> set[int]:
+        spared = _below(table, {pid for pid, (_, started, _) in table.items() if (pid, started) in spare})
+        return _below(table, {me}) - {me} - spared
+
+    return _stop(mine, rounds)
+
+
+def stop_tree(pid: int, rounds: int = 50) -> None:
+    """Kill a child of this process and everything below it, and reap what
+    comes back to this one (the child, and as the subreaper, its orphans)."""
+    members = {pid}
+
+    def tree(table: dict[int, tuple[int, str, str]]) -> set[int]:
+        members.update(_below(table, members & set(table)))
+        return members
+
+    _stop(tree, rounds)
+
+
+def _stop(targets: Callable[[dict[int, tuple[int, str, str]]], set[int]], rounds: int) -> int:
+    """Kill the processes ``targets(table of processes)`` names, and reap
+    those that are this one's children, until none is left alive; returns
+    how many were killed. Killing a process hands its own children to this
+    one (the subreaper), hence the rounds."""
     me, stopped = os.getpid(), 0
     for _ in range(rounds):
         table = _processes()
-        spared = _below(table, {pid for pid, (_, started, _) in table.items() if (pid, started) in spare})
-        mine = _below(table, {me}) - {me} - spared
-        alive = [pid for pid in mine if table[pid][2] != "Z"]
+        chosen = targets(table) & set(table)
+        alive = [pid for pid in chosen if table[pid][2] != "Z"]
         for pid in alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in mine:
+        for pid in chosen:
             if table[pid][0] == me:  # a child of ours, killed or a zombie: it ends at once
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
@@ -85,22 +110,3 @@ def stop_descendants(spare: frozenset[tuple[int, str]] = frozenset(), rounds: in
             break
         stopped += len(alive)
     return stopped
-
-
-def stop_tree(pid: int, rounds: int = 50) -> None:
-    """Kill a child of this process and everything below it, and reap what
-    comes back to this one (the child, and as the subreaper, its orphans)."""
-    me, members = os.getpid(), {pid}
-    for _ in range(rounds):
-        table = _processes()
-        members |= _below(table, members & set(table))
-        alive = [member for member in members if member in table and table[member][2] != "Z"]
-        for member in alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(member, signal.SIGKILL)
-        for member in members:
-            if member in table and table[member][0] == me:  # ours: killed or a zombie, it ends at once
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(member, 0)
-        if not alive:
-            return
