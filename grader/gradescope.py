@@ -358,28 +358,28 @@ def _unfinished(path: Path) -> int:
 # -- keeping student code in its place ------------------------------------------------
 
 
-def _drop_root_in_workers(user: str) -> tuple[tuple[int, int] | None, str]:
+def _drop_root_in_workers(user: str) -> str:
     """Run every worker started from now on as ``user``, when this process is
-    root and that account can run Python; returns its ``(uid, gid)`` (None
-    when nothing changes) and a line for the log.
+    root and that account can run Python; returns a line for the log ("" when
+    this process is not root).
 
     A worker changes user before it runs any student statement; one that
     cannot ends at once instead of going on as root (``sandbox.run_workers_as``).
     """
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None, ""
+        return ""
     try:
         account = pwd.getpwnam(user)
     except KeyError:
-        return None, f"warning: student code runs as root: no account {user!r} (setup.sh creates it)"
+        return f"warning: student code runs as root: no account {user!r} (setup.sh creates it)"
     uid, gid = account.pw_uid, account.pw_gid
     if not _can_run_python(uid, gid):
-        return None, (f"warning: student code runs as root: {user} cannot read Python's or "
+        return (f"warning: student code runs as root: {user} cannot read Python's or "
                       "torch's files, which workers may import from")
     from grader.sandbox import run_workers_as
 
     run_workers_as(uid, gid)
-    return (uid, gid), f"student code runs as {user}"
+    return f"student code runs as {user}"
 
 
 def _can_run_python(uid: int, gid: int) -> bool:
@@ -532,7 +532,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
                     targets.append((chapter, copy))
             # Workers read a copy of these (the sandbox stages them) and write a
             # scratch folder of their own: this folder stays root's.
-            _, line = _drop_root_in_workers(student_user)
+            line = _drop_root_in_workers(student_user)
             if line:
                 log(line)
             log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
