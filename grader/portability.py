@@ -36,13 +36,22 @@ class DeviceTracker(TorchFunctionMode):
     student's function on the CPU and records the first such mix, or notes
     that the answer itself would come back on the CPU.
 
-    Exemptions follow PyTorch: a tensor with no dimensions may meet any
+    A tensor made on the CPU is harmless once moved: ``.to(x)``,
+    ``.to(x.device)``, ``.type_as(x)``, ``x.new_tensor(...)``, ``copy_``
+    into a tensor on the inputs' device and factories under
+    ``with torch.device(x.device)`` all put their result where the inputs
+    are. Exemptions follow PyTorch: a tensor with no dimensions may meet any
     device, and indexing accepts CPU indices. Parameters and buffers are on
     the inputs' device, where the grader moves the student's module.
     """
 
     _FIXED = "_grader_fixed_device"  # attribute: where a tensor was made, or None
     _INDEXING = frozenset({"__getitem__", "__setitem__"})
+    # Calls whose result sits where one tensor argument is, whatever the others:
+    # ``a.type_as(b)`` and ``a.to(b)`` on b's device; ``x.new_tensor(cpu)``,
+    # ``x.new_ones(...)`` and ``x.copy_(cpu)`` on x's. Data may come from anywhere.
+    _ON_DEVICE_OF = {"type_as": 1, "to": 1, "copy_": 0, "new_tensor": 0, "new_ones": 0,
+                     "new_zeros": 0, "new_full": 0, "new_empty": 0, "new_empty_strided": 0}
 
     def __init__(self, filename: str):
         super().__init__()
@@ -67,30 +76,38 @@ class DeviceTracker(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        tensors = [t for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if name in self._INDEXING:
-            tensors = tensors[:1]  # x[mask] takes a CPU mask on any device
-        moved = (kwargs.get("device") is not None or name == "cuda"
-                 or name == "to" and any(isinstance(a, (str, torch.device, torch.Tensor)) for a in args[1:]))
-        if moved:
-            made = None
-        elif not tensors:
-            made = self._student_lines()  # a factory call without device=
-        else:
-            fixed = [self.fixed(t) for t in tensors]
-            following = any(f is None for f in fixed)
-            # A CPU tensor with no dimensions may meet the GPU; one with dimensions may not.
-            stuck = [f for t, f in zip(tensors, fixed) if f is not None and t.dim() > 0]
-            if following and stuck and self.mixed is None:
-                where = self._student_lines()
-                self.mixed = {**(where[0] if where else {"line": 0, "code": ""}), "made": stuck[0]}
-            made = None if following else (stuck or [f for f in fixed if f is not None])[0]
+        made = self._where_made(getattr(func, "__name__", ""), args, kwargs)
         for output in flatten(result):
             if isinstance(output, torch.Tensor) and not isinstance(output, torch.nn.Parameter):
                 with contextlib.suppress(AttributeError, RuntimeError):
                     setattr(output, self._FIXED, made)
         return result
+
+    def _where_made(self, name: str, args: tuple, kwargs: dict) -> list | None:
+        """Where a call's result sits: None on the inputs' device, else the
+        student lines that made it on a fixed one. Records the first call
+        that mixes the two."""
+        device = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
+        if device is not None and (name == "to" or "device" in kwargs) or name == "cuda":
+            return None  # device=x.device, .to(x.device), or the device a check asks for
+        if name == "cpu":
+            return self._student_lines()
+        tensors = [t for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
+        target = self._ON_DEVICE_OF.get(name)
+        if target is not None and len(args) > target and isinstance(args[target], torch.Tensor):
+            return self.fixed(args[target])
+        if name in self._INDEXING:
+            tensors = tensors[:1]  # x[mask] takes a CPU mask on any device
+        if not tensors:
+            return self._student_lines()  # a factory call without device=
+        fixed = [self.fixed(t) for t in tensors]
+        following = any(f is None for f in fixed)
+        # A CPU tensor with no dimensions may meet the GPU; one with dimensions may not.
+        stuck = [f for t, f in zip(tensors, fixed) if f is not None and t.dim() > 0]
+        if following and stuck and self.mixed is None:
+            where = self._student_lines()
+            self.mixed = {**(where[0] if where else {"line": 0, "code": ""}), "made": stuck[0]}
+        return None if following else (stuck or [f for f in fixed if f is not None])[0]
 
     def _student_lines(self) -> list[dict]:
         """The lines of the student's file on the stack, innermost first (at most 3)."""

@@ -7,10 +7,14 @@ across devices (CPU scalars, CPU indices, tensors moved with ``.to``,
 buffers moved with the module) must pass.
 """
 
+import warnings
+
 import pytest
+import torch
 
 from conftest import result_of, solution_source
 from grader.catalog import find_chapter
+from grader.portability import DeviceTracker
 
 CH03, CH04 = find_chapter("ch03"), find_chapter("ch04")
 CAUSAL, MULTI_HEAD = solution_source(CH04), solution_source(CH03)
@@ -100,3 +104,98 @@ def test_a_plain_tensor_attribute_stays_behind_and_fails(grade_source):
     check = gpu_check(grade_source(source, chapter="ch03"), "MultiHeadAttention")
     assert check.outcome == "failed"
     assert f"made on the CPU at line {line_of(source, 'self.zeros = torch.zeros')} " in check.message
+
+
+# -- the rule, on a table of idioms -------------------------------------------
+# Each idiom is a few lines a student or a codebase writes, given the inputs
+# ``x`` (B, T, T) float and ``lengths`` (B,) int64. Its verdict is proven on a
+# device before the tracker is held to it: on ``meta`` (every machine has it:
+# a meta tensor that meets a CPU tensor with dimensions raises, as on a GPU),
+# and on CUDA where there is one.
+
+TRIANGLE = torch.ones(4, 4).tril() > 0  # a module-level constant
+
+
+def _subsequent_mask(size: int) -> torch.Tensor:
+    """The Annotated Transformer's: True where a query may look, made on the CPU."""
+    return torch.triu(torch.ones(1, size, size), diagonal=1) == 0
+
+
+def _in_device_context(x, lengths):
+    with torch.device(x.device):
+        future = torch.ones(x.shape[-1], x.shape[-1]).triu(1)
+    return x - future
+
+
+MOVED = {
+    "type_as-tril": lambda x, lengths: x.masked_fill(torch.tril(torch.ones(4, 4)).type_as(x) == 0, 0.0),
+    "type_as-subsequent-mask": lambda x, lengths: x * _subsequent_mask(4).type_as(x),
+    "type_as-opennmt-sequence-mask": lambda x, lengths: x.masked_fill(
+        ~torch.arange(0, 4).type_as(lengths).repeat(2, 1).lt(lengths.unsqueeze(1))[:, None, :], 0.0),
+    "new_tensor": lambda x, lengths: x + x.new_tensor(TRIANGLE.float()),
+    "new_ones": lambda x, lengths: x * x.new_ones(4, 4).tril(),
+    "copy_-into-empty": lambda x, lengths: x + torch.empty(4, 4, device=x.device).copy_(TRIANGLE),
+    "to-tensor": lambda x, lengths: x + torch.ones(4, 4).tril().to(x),
+    "to-device": lambda x, lengths: x + torch.ones(4, 4).tril().to(x.device),
+    "to-device-and-dtype": lambda x, lengths: x + TRIANGLE.to(device=x.device, dtype=x.dtype),
+    "device-context": _in_device_context,
+    "ones_like": lambda x, lengths: x * torch.ones_like(x[0]).tril(),
+    "factory-with-device": lambda x, lengths: x + torch.ones(4, 4, device=x.device),
+    "cpu-scalar": lambda x, lengths: x * torch.tensor(2.0),
+    "cpu-index": lambda x, lengths: x[:, torch.arange(4)],
+}
+STAYS = {
+    "factory-without-device": lambda x, lengths: x + torch.ones(4, 4),
+    "mask-without-device": lambda x, lengths: x.masked_fill(torch.ones(4, 4, dtype=torch.bool).tril(), 0.0),
+    "arange-against-lengths": lambda x, lengths: torch.arange(4) < lengths[:, None],
+    "module-level-constant": lambda x, lengths: x.masked_fill(TRIANGLE, 0.0),
+    "to-dtype-only": lambda x, lengths: x + torch.ones(4, 4).to(x.dtype),
+    "type_as-a-cpu-tensor": lambda x, lengths: x.type_as(TRIANGLE.float()) + 1,
+    "cpu-method": lambda x, lengths: x.cpu() + 1,
+    "cat-with-cpu": lambda x, lengths: torch.cat([x, torch.zeros(1, 4, 4)]),
+}
+
+
+def _inputs(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(2, 4, 4, device=device), torch.tensor([3, 4], device=device)
+
+
+def runs_on(idiom, device: str) -> bool:
+    """Whether ``idiom`` runs with its inputs on ``device`` and answers there."""
+    x, lengths = _inputs(device)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # new_tensor's advice to copy with clone()
+            result = idiom(x, lengths)
+    except (RuntimeError, NotImplementedError):  # meta refuses to copy to the CPU
+        return False
+    return result.device.type == x.device.type
+
+
+def tracker_verdict(idiom) -> dict | None:
+    """What the worker's tracker finds, running ``idiom`` on the CPU."""
+    x, lengths = _inputs("cpu")
+    tracker = DeviceTracker(__file__)
+    tracker.mark_inputs((x, lengths))
+    with warnings.catch_warnings(), tracker:
+        warnings.simplefilter("ignore")
+        result = idiom(x, lengths)
+    return tracker.problem(result)
+
+
+DEVICES = ["meta"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("name", MOVED)
+def test_an_idiom_that_moves_data_to_the_inputs_device_passes(name):
+    for device in DEVICES:
+        assert runs_on(MOVED[name], device), f"{name} does not run on {device}"
+    assert tracker_verdict(MOVED[name]) is None
+
+
+@pytest.mark.parametrize("name", STAYS)
+def test_an_idiom_that_leaves_data_on_the_cpu_is_found(name):
+    for device in DEVICES:
+        assert not runs_on(STAYS[name], device), f"{name} runs on {device}"
+    problem = tracker_verdict(STAYS[name])
+    assert problem is not None and problem["kind"] in ("mixed", "returned")
