@@ -267,10 +267,17 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     if first.kind == "missing":
         return ExerciseResult(chapter, exercise, "missing", first.message, checks)
     # One line: a known bug's hint says most; a wrong value is summed up by
-    # the check's name (details follow the table); anything else by its message.
-    summary = first.hint or (f"fails: {first.check}" if first.kind == "mismatch" else first.message)
+    # the check's name and what differed (the sentence follows the table);
+    # anything else by its message.
+    if first.hint or first.kind != "mismatch":
+        summary = first.hint or first.message
+    else:
+        what = first.summary or (first.message if len(first.message) <= 80 else "")
+        summary = f'fails "{first.check}"' + (f": {what}" if what else "")
     reason = f"{summary} ({len(failed)} of {len(ran)} checks failed)"
-    failing_uses = [name for name in exercise.uses
-                    if name in earlier and earlier[name].status != "passed"]
+    # Only what the failing checks ran: a failure elsewhere says nothing of this one.
+    reached = {name for check in failed for name in check.reached}
+    failing_uses = [name for name in exercise.uses if name in reached
+                    and name in earlier and earlier[name].status != "passed"]
     note = f"it uses {', '.join(failing_uses)}, which fails too" if failing_uses else ""
     return ExerciseResult(chapter, exercise, "failed", reason, checks, note)

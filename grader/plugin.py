@@ -42,7 +42,9 @@ class CheckResult:
     message: str = ""
     kind: str = ""
     hint: str | None = None
+    summary: str = ""  # a mismatch in a few words: where, how large
     details: str = ""  # a grader error's traceback, for --verbose
+    reached: tuple[str, ...] = ()  # the exercises it builds on that the check's calls ran
 
 
 def chapter_of(path: Path) -> Chapter:
@@ -167,7 +169,10 @@ class GradingPlugin:
         )
 
     def _result(self, item: pytest.Item, call: pytest.CallInfo) -> CheckResult:
-        result = CheckResult(chapter_of(item.path).id, _exercise_of(item), check_title(item), "passed")
+        chapter = chapter_of(item.path)
+        result = CheckResult(chapter.id, _exercise_of(item), check_title(item), "passed")
+        if call.when == "call" and chapter.id in self.submissions:
+            result.reached = tuple(sorted(self.submissions[chapter.id].reached))
         error = call.excinfo.value if call.excinfo is not None else None
         if error is None:
             return result
@@ -175,6 +180,7 @@ class GradingPlugin:
             result.outcome, result.message = "skipped", str(error)
         elif isinstance(error, CheckFailure):
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
+            result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
         else:
             result.outcome, result.kind = "failed", "grader-error"

@@ -80,6 +80,7 @@ class RemoteSubmission:
         self._exercise: str | None = None
         self._check_deadline = 0.0
         self._loaded = False
+        self.reached: set[str] = set()  # the chapter functions the current check's calls ran
 
     # -- loading ---------------------------------------------------------------
 
@@ -115,6 +116,7 @@ class RemoteSubmission:
         """Called before each check: which exercise, and a fresh time limit."""
         self.load()
         self._exercise = exercise
+        self.reached = set()
         self._check_deadline = time.monotonic() + self.limits.check_seconds
         if self._worker is not None and self._worker_exercise is None:
             self._worker_exercise = exercise  # the fresh worker that loaded the file
@@ -188,6 +190,7 @@ class RemoteSubmission:
             "measure": measure,
             "grad": grad,
             "module": module.encode() if module is not None else None,
+            "watch": self._uses(exercise),
         }
         try:
             answer = worker.request(request, deadline)
@@ -197,6 +200,8 @@ class RemoteSubmission:
             raise state.failure from None
         finally:
             state.spent += time.monotonic() - started
+        if isinstance(answer.get("reached"), list):
+            self.reached.update(name for name in answer["reached"] if isinstance(name, str))
         value = self._read_answer(answer, function, text, args, kwargs, grad, module)
         if portability:
             expect_portable(text, answer.get("portability"), self.submission.where)
@@ -224,6 +229,10 @@ class RemoteSubmission:
         return f"{function}({', '.join(parts)})"
 
     # -- internals ---------------------------------------------------------------
+
+    def _uses(self, exercise: str) -> list[str]:
+        """The earlier exercises ``exercise`` builds on, as the catalog says."""
+        return next((list(e.uses) for e in self.chapter.exercises if e.name == exercise), [])
 
     def _refuse_unrunnable(self, function: str, is_class: bool = False) -> None:
         if self._load_failure:

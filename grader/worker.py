@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import linecache
 import os
 import signal
@@ -161,10 +162,12 @@ def _serve(module: types.ModuleType, receive, send) -> None:
     widest reduction (``Measure``).
     """
     filename = module.__file__
+    reached = Reached(module)
     while True:
         request = receive()
         if request is None:
             return
+        reached.watch(request.get("watch", ()))
         name, device = request["function"], request["device"]
         args = [_on(device, value) for value in wire.decode(request["args"])]
         kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
@@ -203,16 +206,63 @@ def _serve(module: types.ModuleType, receive, send) -> None:
                 answer["grads"] = _gradients(result, args, grad)
         except BaseException as error:
             answer = {"ok": False, "error": _describe_error(error, filename)}
+            reached.missing(error)
             if tracker is not None:
                 answer["portability"] = tracker.problem(None)
         if guard.used:
             answer = {"ok": False, "error": {"type": "Forbidden", "message": guard.used, "line": 0, "code": ""}}
         elif altered:
             answer = {"ok": False, "error": {"type": "GuardsAltered", "message": "", "line": 0, "code": ""}}
+        answer["reached"] = reached.take()
         # Sent back so the grader can tell whether the function changed its inputs.
         answer["args"] = wire.encode(list(args))
         answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}
         send(answer)
+
+
+class Reached:
+    """Which of the chapter's functions a call reached: the report says "it
+    uses causal_mask, which fails too" only where causal_mask ran.
+
+    A watched function is replaced in the module's namespace by a wrapper
+    that notes the call, so the student's own calls (which look the name up
+    there) pass through it; a watched class notes its ``__init__`` and
+    ``forward``; a NameError for one the file failed to define counts too.
+    Code that kept the original elsewhere is simply not seen.
+    """
+
+    def __init__(self, module: types.ModuleType):
+        self.module = module
+        self.names: set[str] = set()
+        self._watched: set[str] = set()
+
+    def watch(self, names) -> None:
+        for name in set(names) - self._watched:
+            self._watched.add(name)
+            value = self.module.__dict__.get(name)
+            if isinstance(value, type):
+                for method in ("__init__", "forward"):
+                    if callable(getattr(value, method, None)):
+                        setattr(value, method, self._noting(name, getattr(value, method)))
+            elif isinstance(value, types.FunctionType):
+                self.module.__dict__[name] = self._noting(name, value)
+
+    def _noting(self, name: str, function):
+        @functools.wraps(function)
+        def noted(*args, **kwargs):
+            self.names.add(name)
+            return function(*args, **kwargs)
+        return noted
+
+    def missing(self, error: BaseException) -> None:
+        """A call of a watched name that the file failed to define reached it too."""
+        if isinstance(error, NameError) and getattr(error, "name", None) in self._watched:
+            self.names.add(error.name)
+
+    def take(self) -> list[str]:
+        """The names reached since the last ``take``."""
+        names, self.names = sorted(self.names), set()
+        return names
 
 
 def _gradients(result: object, args: list, grad: dict) -> dict:

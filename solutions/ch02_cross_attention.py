@@ -15,6 +15,18 @@ Conventions used in every exercise of this chapter:
 * A boolean mask is True where a query MAY attend to a key, as in chapter 1
   and ``torch.nn.functional.scaled_dot_product_attention``.
 * A query whose keys are all masked gets zero weights and a zero output.
+* Precision, the course's rule: a function returns floating results in the
+  dtype of its floating inputs. float32 and float64 inputs get float32's
+  accuracy: inside, a function may compute in float32 or wider (computing
+  float64 inputs in float32, as llama's ``.float()`` does, is allowed), and
+  the checks compare float64 results at float32's tolerance. float16 and
+  bfloat16 results are compared at those dtypes' looser tolerance; computing
+  them in float32 inside is good practice. Each docstring's "Dtypes:" line
+  says which dtypes the function is given.
+* Gradients: ``cross_attention`` is differentiated by autograd (in float64)
+  with respect to ``x``, ``context`` and the weights; keep them in the graph.
+* Devices: inputs come on the CPU or on a GPU; make any new tensor on the
+  inputs' device (``device=lengths.device``) and return results there.
 
 You may call ``torch.softmax`` and ``F.scaled_dot_product_attention`` here:
 chapter 1 graded your own versions of them.
@@ -30,13 +42,21 @@ MASK_CONVENTIONS = ("attend", "block", "additive")
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """Which positions of a padded batch hold real tokens.
 
+    Dtypes: ``lengths`` int64; the result is bool.
+
     Args:
-        lengths: int64 tensor of shape ``(B,)``: real length of each sequence.
-        max_len: the padded length ``S``; ``None`` means ``lengths.max()``.
+        lengths: int64 tensor of shape ``(B,)``: real length of each
+            sequence, 0 included. ``B`` may be 0, a batch of no sequences,
+            when ``max_len`` is given.
+        max_len: the padded length ``S``, at least every length; ``None``
+            means ``lengths.max()`` (never with ``B = 0``: a batch of no
+            sequences has no longest one).
 
     Returns:
         A bool tensor of shape ``(B, S)``, True at positions ``s < lengths[b]``
         (real tokens) and False at padding, on the device of ``lengths``.
+        With ``max_len=None`` and every length 0, that is ``(B, 0)``; a
+        batch of no sequences gives the empty ``(0, S)``.
     """
     # BEGIN SOLUTION
     if max_len is None:
@@ -64,15 +84,21 @@ def convert_mask(
       ``-inf`` hides it. When reading an additive mask, every entry that is
       not ``-inf`` counts as kept.
 
+    Dtypes: an ``"attend"`` or ``"block"`` mask is bool, an ``"additive"``
+    one float (float32 in the checks); the result is bool, or ``dtype`` for
+    ``"additive"`` (float32, float64 or float16), whatever the mask's dtype.
+
     Args:
-        mask: a tensor of any shape in the ``source`` convention.
-        source, target: convention names.
+        mask: a tensor of any shape (any number of dimensions) in the
+            ``source`` convention; rows may be entirely blocked.
+        source, target: convention names; they may be equal.
         dtype: the float dtype of an ``"additive"`` result.
 
     Returns:
         The same mask, same shape and device, in the ``target`` convention:
         bool for ``"attend"`` and ``"block"``; for ``"additive"``, ``dtype``
-        holding exactly ``0.0`` and ``-inf``.
+        holding exactly ``0.0`` and ``-inf``, also when ``source`` is
+        ``"additive"`` (its finite entries, whatever they are, become 0.0).
 
     Raises:
         ValueError: for a convention name not in ``MASK_CONVENTIONS``.
@@ -99,8 +125,11 @@ def convert_mask(
 def combine_masks(key_padding: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
     """One mask for multi-head scores of shape ``(B, H, L, S)``.
 
+    Dtypes: bool masks in, a bool mask out.
+
     Args:
-        key_padding: bool ``(B, S)``, True at real keys (``padding_mask``).
+        key_padding: bool ``(B, S)``, True at real keys (``padding_mask``);
+            a row may be all False (a sequence of length 0).
         attn_mask: optional bool mask, True where query i may attend to key j,
             either ``(L, S)`` (the same for every sequence) or ``(B, L, S)``.
 
@@ -135,6 +164,10 @@ def cross_attention(
     Projection weights are stored the way ``nn.Linear`` stores them,
     ``(d_out, d_in)``, so the queries are ``x @ w_q.T``.
 
+    Dtypes: ``x``, ``context`` and the weights float32 or float64, one dtype;
+    ``context_lengths`` int64; both results have ``x``'s dtype (the course's
+    precision rule).
+
     Args:
         x: the sequence that asks, shape ``(B, L, d_x)``.
         context: the sequence it reads, shape ``(B, S, d_c)``; ``d_c`` may
@@ -143,14 +176,19 @@ def cross_attention(
         w_k: shape ``(d_k, d_c)``.
         w_v: shape ``(d_v, d_c)``.
         context_lengths: optional int64 ``(B,)``: the real length of each
-            context; keys at positions ``>= context_lengths[b]`` are padding
-            and get zero weight. Padding of the context hides keys only:
-            every query still gets an output.
+            context, from 0 to ``S``; keys at positions
+            ``>= context_lengths[b]`` are padding and get exactly zero weight,
+            whatever the padded tokens hold. Padding of the context hides
+            keys only: every query still gets an output. ``None`` (or all
+            lengths ``S``): every key is real.
 
     Returns:
-        ``(output, weights)`` of shapes ``(B, L, d_v)`` and ``(B, L, S)``.
-        A sequence whose context is empty (length 0) gets zero weights and
-        a zero output.
+        ``(output, weights)`` of shapes ``(B, L, d_v)`` and ``(B, L, S)``;
+        each query's weights sum to 1 over its real keys. A sequence whose
+        context is empty (length 0) gets zero weights and a zero output, not
+        NaN, and zero gradients. A batch of no sequences (``B = 0``,
+        ``context_lengths`` of shape ``(0,)``) gives the empty results of
+        these shapes.
     """
     # BEGIN SOLUTION
     q = x @ w_q.T  # (B, L, d_k)

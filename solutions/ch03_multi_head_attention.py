@@ -16,7 +16,21 @@ Conventions used in every exercise of this chapter:
 * Projection weights are stored the way ``nn.Linear`` stores them,
   ``(d_out, d_in)``: a projection of ``x`` is ``x @ w.T``.
 * A boolean mask is True where a query MAY attend to a key. A query whose
-  keys are all masked gets zero weights and a zero output.
+  keys are all masked gets zero weights and a zero attention output (what
+  an output projection's bias adds to it stays).
+* Precision, the course's rule: a function returns floating results in the
+  dtype of its floating inputs. float32 and float64 inputs get float32's
+  accuracy: inside, a function may compute in float32 or wider (computing
+  float64 inputs in float32, as llama's ``.float()`` does, is allowed), and
+  the checks compare float64 results at float32's tolerance. float16 and
+  bfloat16 results are compared at those dtypes' looser tolerance; computing
+  them in float32 inside is good practice. Each docstring's "Dtypes:" line
+  says which dtypes the function is given.
+* Gradients: ``multi_head_attention`` (in float64, with respect to query,
+  key, value and the four weights) and ``MultiHeadAttention`` (with
+  respect to ``x``) are differentiated by autograd; keep them in the graph.
+* Devices: inputs come on the CPU or on a GPU; make any new tensor on the
+  inputs' device (``device=x.device``) and return results there.
 
 You may call ``torch.softmax`` and ``F.scaled_dot_product_attention``
 (chapter 1 graded your own versions), but not ``nn.MultiheadAttention`` or
@@ -33,9 +47,12 @@ from torch import nn
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Split the last dimension into heads and move the heads before the tokens.
 
+    Dtypes: float32 or float64; the result has ``x``'s dtype (its entries are
+    ``x``'s, moved).
+
     Args:
-        x: shape ``(..., T, D)``, with ``D`` divisible by ``num_heads``.
-        num_heads: ``H``.
+        x: shape ``(..., T, D)``, no batch dimension or several.
+        num_heads: ``H``, 1 included.
 
     Returns:
         Shape ``(..., H, T, D // H)``: ``result[..., h, t, :]`` is
@@ -58,8 +75,12 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Undo ``split_heads``: concatenate the heads' features, token by token.
 
+    Dtypes: float32 or float64; the result has ``x``'s dtype (its entries are
+    ``x``'s, moved).
+
     Args:
-        x: shape ``(..., H, T, d)``.
+        x: shape ``(..., H, T, d)``: ``(H, T, d)`` with no batch dimension,
+            or several batch dimensions.
 
     Returns:
         Shape ``(..., T, H * d)``, head ``h`` in features ``h * d`` to
@@ -86,21 +107,26 @@ def multi_head_attention(
 ) -> torch.Tensor:
     """Multi-head attention from explicit projection weights.
 
+    Dtypes: the tensors float32 or float64, one dtype, and a bool ``mask``;
+    the result has ``query``'s dtype (the course's precision rule).
+
     Args:
-        query: shape ``(..., L, d_q)``.
-        key: shape ``(..., S, d_kin)``.
+        query: shape ``(..., L, d_q)``, no batch dimension or several.
+        key: shape ``(..., S, d_kin)``, the same batch dimensions.
         value: shape ``(..., S, d_vin)``.
         num_heads: ``H``; ``D`` and ``D_v`` below are divisible by it.
         w_q: shape ``(D, d_q)``.
         w_k: shape ``(D, d_kin)``.
         w_v: shape ``(D_v, d_vin)``.
         w_o: output projection, shape ``(d_out, D_v)``.
-        mask: optional bool, broadcastable to ``(..., H, L, S)``; e.g.
-            ``(L, S)`` for every head and sequence alike.
+        mask: optional bool, broadcastable to ``(..., H, L, S)``: ``(L, S)``
+            for every head and sequence alike, ``(B, 1, L, S)`` per sequence,
+            ``(B, H, L, S)`` per head.
 
     Returns:
         Shape ``(..., L, d_out)``. Each head attends with the scale
-        ``1 / sqrt(D // H)``: the width of one head, not of the model.
+        ``1 / sqrt(D // H)``: the width of one head, not of the model. A
+        query whose keys are all masked (in every head) gets a zero output.
     """
     # BEGIN SOLUTION
     q = split_heads(query @ w_q.T, num_heads)  # (..., H, L, d)
@@ -153,9 +179,15 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Self-attention over ``x``.
 
+        Dtypes: ``x`` in the dtype of the module's parameters (float32 in the
+        checks); the results have that dtype.
+
         Args:
-            x: shape ``(..., T, D)``.
-            mask: optional bool, broadcastable to ``(..., H, T, T)``.
+            x: shape ``(..., T, D)``: ``(T, D)`` with no batch dimension, or
+                several batch dimensions.
+            mask: optional bool, broadcastable to ``(..., H, T, T)``: ``(T, T)``
+                for every head and sequence alike, ``(B, 1, T, T)`` per
+                sequence, ``(B, H, T, T)`` per head.
             need_weights: also return the attention weights.
 
         Returns:
@@ -163,7 +195,8 @@ class MultiHeadAttention(nn.Module):
             ``(output, weights)`` where ``weights`` has shape
             ``(..., H, T, T)``, one matrix per head (not averaged), and holds
             the weights the values were actually averaged with (after
-            dropout).
+            dropout). A query whose keys are all masked gets zero weights,
+            not NaN, so its output is ``out``'s bias.
         """
         # BEGIN SOLUTION
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (..., T, D)
@@ -195,6 +228,9 @@ def torch_multihead_forward(
 ) -> torch.Tensor:
     """What ``nn.MultiheadAttention(E, num_heads)(query, key, value)[0]`` computes,
     from that module's parameters and in its conventions.
+
+    Dtypes: the tensors float32, one dtype, and a bool ``key_padding_mask``;
+    the result has ``query``'s dtype (the course's precision rule).
 
     Args:
         query: ``(L, N, E)``, or ``(N, L, E)`` when ``batch_first``.
@@ -233,8 +269,14 @@ def torch_multihead_forward(
 def parameter_count(d_model: int, num_heads: int, bias: bool = True) -> int:
     """How many numbers ``MultiHeadAttention(d_model, num_heads, bias)`` learns.
 
+    A formula in ``d_model`` and ``bias``: build no module and no tensor
+    (this exercise may not call torch), so that it answers at once even for
+    ``d_model = 1_000_000``, a model too big to build.
+
+    Dtypes: ints (and a bool) in, a Python ``int`` out.
+
     Returns:
-        The total size of its parameters, as an int.
+        The total size of its parameters, as a Python ``int``.
     """
     # BEGIN SOLUTION
     # Heads slice the projections; they add no parameters of their own.

@@ -17,7 +17,21 @@ Conventions used in every exercise of this chapter:
   owning features ``h * d`` to ``(h + 1) * d`` of a projection's output;
   weights in ``nn.Linear`` layout ``(d_out, d_in)``.
 * A boolean mask is True where a query MAY attend to a key. A query whose
-  keys are all masked gets zero weights and a zero output.
+  keys are all masked gets zero weights and a zero attention output (what
+  an output projection's bias adds to it stays).
+* Precision, the course's rule: a function returns floating results in the
+  dtype of its floating inputs. float32 and float64 inputs get float32's
+  accuracy: inside, a function may compute in float32 or wider (computing
+  float64 inputs in float32, as llama's ``.float()`` does, is allowed), and
+  the checks compare float64 results at float32's tolerance. float16 and
+  bfloat16 results are compared at those dtypes' looser tolerance; computing
+  them in float32 inside is good practice. Each docstring's "Dtypes:" line
+  says which dtypes the function is given.
+* Gradients: ``grouped_query_attention`` (in float64, with respect to q, k
+  and v) and ``GroupedQueryAttention`` (with respect to ``x``) are
+  differentiated by autograd; keep them in the graph.
+* Devices: inputs come on the CPU or on a GPU; make any new tensor on the
+  inputs' device (``device=x.device``) and return results there.
 
 You may call ``torch.softmax``, ``repeat_interleave`` and
 ``F.scaled_dot_product_attention``, but not ``nn.MultiheadAttention`` or
@@ -34,6 +48,9 @@ from torch import nn
 
 def expand_kv_heads(kv: torch.Tensor, num_query_heads: int) -> torch.Tensor:
     """Give every query head its K/V head: each K/V head repeated for its group.
+
+    Dtypes: float32 or float64; the result has ``kv``'s dtype (its entries
+    are ``kv``'s, repeated).
 
     Args:
         kv: keys or values, shape ``(B, H_kv, S, d)``.
@@ -66,6 +83,9 @@ def grouped_query_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention where groups of query heads share a K/V head.
 
+    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype, and a bool
+    ``mask``; both results have ``q``'s dtype (the course's precision rule).
+
     Args:
         q: queries, shape ``(B, H_q, L, d)``.
         k: keys, shape ``(B, H_kv, S, d)``, ``H_q`` a multiple of ``H_kv``.
@@ -73,12 +93,15 @@ def grouped_query_attention(
         mask: optional bool, broadcastable to ``(B, H_q, L, S)``, the shape
             of the scores (one matrix per QUERY head): ``(L, S)`` for every
             head and sequence alike, ``(B, 1, L, S)`` per sequence,
-            ``(B, H_q, L, S)`` per query head.
+            ``(B, 1, 1, S)`` for padded keys, ``(B, H_q, L, S)`` per query
+            head (heads of one group may differ).
 
     Returns:
         ``(output, weights)`` of shapes ``(B, H_q, L, d_v)`` and
         ``(B, H_q, L, S)``: query head ``h`` attends to the keys and values
         of K/V head ``h // (H_q // H_kv)``, with the scale ``1 / sqrt(d)``.
+        A query whose keys are all masked gets zero weights and a zero
+        output, not NaN.
     """
     # BEGIN SOLUTION
     num_query_heads = q.shape[1]
@@ -138,12 +161,20 @@ class GroupedQueryAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention over ``x``.
 
+        Dtypes: ``x`` in the dtype of the module's parameters (float32 in the
+        checks); the result has that dtype.
+
         Args:
             x: shape ``(B, T, D)``.
-            mask: optional bool, broadcastable to ``(B, H_q, T, T)``.
+            mask: optional bool, broadcastable to ``(B, H_q, T, T)``:
+                ``(T, T)`` for every head and sequence alike,
+                ``(B, 1, T, T)`` per sequence, ``(B, H_q, T, T)`` per query
+                head.
 
         Returns:
-            Shape ``(B, T, D)``.
+            Shape ``(B, T, D)``. A query whose keys are all masked gets zero
+            weights, so its output is ``out_proj``'s bias (zeros without
+            bias).
         """
         # BEGIN SOLUTION
         batch, length, _ = x.shape
@@ -169,17 +200,20 @@ def kv_cache_bytes(
     cached token, a key and a value for each K/V head: two vectors of
     ``head_dim`` numbers each.
 
+    Dtypes: Python ints and a ``torch.dtype`` in, a Python ``int`` out.
+
     Args:
         batch: ``B``, the sequences decoded side by side.
         seq_len: ``T``, the tokens cached per sequence.
         num_layers: the model's attention layers.
         num_kv_heads: ``H_kv``, the K/V heads of one layer (not the query heads).
         head_dim: ``d``.
-        dtype: the dtype of the cached numbers: ``torch.float32``,
-            ``torch.bfloat16``, ``torch.int8`` for a quantized cache, ...
+        dtype: the dtype of the cached numbers: ``torch.float64``,
+            ``torch.float32``, ``torch.float16``, ``torch.bfloat16``,
+            ``torch.int8`` for a quantized cache, ...
 
     Returns:
-        The size in bytes, an ``int``.
+        The size in bytes, a Python ``int`` (not a float, nor a tensor).
     """
     # BEGIN SOLUTION
     per_token = 2 * num_kv_heads * head_dim  # a key and a value for every K/V head

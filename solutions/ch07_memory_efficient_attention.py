@@ -21,6 +21,17 @@ Conventions used in every exercise of this chapter:
   and neither takes a max or sum over more than one block of keys (of a
   row, for ``online_softmax``). The grader measures the largest tensor your code makes and the most
   numbers one max, sum or matrix product combines.
+* Precision, the course's rule: a function returns floating results in the
+  dtype of its floating inputs. float32 and float64 inputs get float32's
+  accuracy: inside, a function may compute in float32 or wider (computing
+  float64 inputs in float32, as llama's ``.float()`` does, is allowed), and
+  the checks compare float64 results at float32's tolerance. float16 and
+  bfloat16 results are compared at those dtypes' looser tolerance; computing
+  them in float32 inside is good practice. Each docstring's "Dtypes:" line
+  says which dtypes the function is given.
+* Devices: inputs come on the CPU or on a GPU; make any new tensor (running
+  max, sum, output) on the inputs' device (``device=q.device``) and return
+  results there.
 
 You may not call ``torch.softmax`` (or its relatives) nor
 ``F.scaled_dot_product_attention``: this chapter is how they can be written.
@@ -39,9 +50,14 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     maximum, the sum so far is rescaled by ``exp(m_old - m_new)``. A second
     pass divides ``exp(x - m)`` by ``l``.
 
+    Dtypes: float32 or float64; the result has ``x``'s dtype (the course's
+    precision rule).
+
     Args:
-        x: finite numbers, shape ``(..., N)``, any size of logits (1e4 too).
-        block_size: how many entries of a row each step reads, ``>= 1``.
+        x: finite numbers, shape ``(..., N)`` (one leading dimension or
+            several, ``N`` from 1), any size of logits (1e4 too).
+        block_size: how many entries of a row each step reads, ``>= 1``;
+            it need not divide ``N`` and may exceed it (one block).
 
     Returns:
         Shape ``(..., N)``, equal to ``torch.softmax(x, dim=-1)``.
@@ -75,17 +91,22 @@ def tiled_attention(
     (the weighted sum of values, not yet divided by ``l``), rescaled by
     ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``.
 
+    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype; the result has
+    ``q``'s dtype (the course's precision rule).
+
     Args:
         q: queries, shape ``(..., L, d)``.
         k: keys, shape ``(..., S, d)``.
         v: values, shape ``(..., S, d_v)``.
         block_size: keys per block, ``>= 1`` (any size; ``>= S`` is one block).
         causal: when True, query ``i`` sees keys ``0 .. i + S - L`` only
-            (bottom-right, as in chapter 4); a query that sees no key gets zeros.
+            (bottom-right, as in chapter 4); ``L`` may exceed ``S``, and a
+            query that sees no key gets zeros, not NaN.
 
     Returns:
         Shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``, without ever
-        making a tensor of ``L x S`` numbers.
+        making a tensor of ``L x S`` numbers. Exact (no overflow) for scores
+        in the thousands.
     """
     # BEGIN SOLUTION
     num_queries, num_keys = q.shape[-2], k.shape[-2]
@@ -128,10 +149,16 @@ def merge_attention(
     query); the same for B. This is how the pieces of split-KV attention
     (Flash-Decoding, ring attention) are put together.
 
+    Dtypes: the four tensors float32, one dtype; both results have
+    ``out_a``'s dtype (the course's precision rule).
+
     Args:
         out_a, out_b: shape ``(..., L, d_v)``.
-        lse_a, lse_b: shape ``(..., L)``; ``-inf`` for a query with no key in
-            that set (every query has a key in at least one of them).
+        lse_a, lse_b: shape ``(..., L)``, the log-sum-exp of the scaled
+            scores ``q k^T / sqrt(d)``; they may be in the hundreds, where
+            ``exp`` of them overflows. ``-inf`` for a query with no key in
+            that set, whose output there is zeros (every query has a key in
+            at least one of them).
 
     Returns:
         ``(out, lse)`` of shapes ``(..., L, d_v)`` and ``(..., L)``: the

@@ -16,6 +16,16 @@ Conventions used in every exercise of this chapter:
   logits at ``t`` never depend on a later token.
 * The grader loads weights by ``state_dict`` names: use exactly the
   attribute names the docstrings give (and no other parameters).
+* Precision, the course's rule: a function returns floating results in the
+  dtype of its floating inputs (here, of the model's parameters: float32).
+  float32 and float64 inputs get float32's accuracy: inside, a function may
+  compute in float32 or wider (computing float64 inputs in float32, as llama's
+  ``.float()`` does, is allowed), and the checks compare float64 results at
+  float32's tolerance. float16 and bfloat16 results are compared at those
+  dtypes' looser tolerance; computing them in float32 inside is good practice.
+  Each docstring's "Dtypes:" line says which dtypes the function is given.
+* Devices: inputs come on the CPU or on a GPU; make any new tensor (a mask,
+  positions) on the inputs' device (``device=x.device``).
 
 You may not use ``nn.MultiheadAttention`` (nor its functional form): write
 the attention yourself, as in chapters 3 and 4.
@@ -37,8 +47,10 @@ class TransformerBlock(nn.Module):
     order along the last dimension), splits them into ``num_heads`` heads of
     ``d_model // num_heads`` features (chapter 3), applies the causal
     ``softmax(q k^T / sqrt(d)) v`` per head, merges the heads and projects
-    with ``proj``; and ``mlp`` is ``Linear(d_model, 4 d_model)``, ``GELU``,
-    ``Linear(4 d_model, d_model)``.
+    with ``proj``; and ``mlp`` is ``Linear(d_model, 4 d_model)``, ``GELU``
+    (exact, ``nn.GELU()``'s default, not the tanh approximation),
+    ``Linear(4 d_model, d_model)``. ``ln1`` and ``ln2`` are
+    ``nn.LayerNorm(d_model)`` with its defaults (``eps=1e-5``).
 
     Parameters (``state_dict`` names): ``ln1.weight``, ``ln1.bias``,
     ``qkv.weight`` ``(3 D, D)``, ``qkv.bias``, ``proj.weight`` ``(D, D)``,
@@ -50,7 +62,11 @@ class TransformerBlock(nn.Module):
         d_model: features of each token, ``D``, a multiple of ``num_heads``.
         num_heads: attention heads ``H``.
 
-    ``forward(x)``: ``x`` of shape ``(B, T, D)`` gives shape ``(B, T, D)``.
+    ``forward(x)``: ``x`` of shape ``(B, T, D)``, ``T`` from 1, gives shape
+    ``(B, T, D)``.
+
+    Dtypes: ``x`` in the dtype of the parameters (float32); the result has
+    that dtype.
     """
 
     def __init__(self, d_model: int, num_heads: int):
@@ -103,7 +119,10 @@ class TinyLM(nn.Module):
         context: the longest sequence, the rows of ``pos_emb``.
 
     ``forward(tokens)``: ``tokens`` of shape ``(B, T)`` (integers,
-    ``T <= context``) gives logits of shape ``(B, T, V)``.
+    ``1 <= T <= context``) gives logits of shape ``(B, T, V)``.
+
+    Dtypes: ``tokens`` int64; the logits have the parameters' dtype
+    (float32).
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
@@ -144,11 +163,15 @@ def train(
     that the same arguments give the same losses; then build ``TinyLM(vocab_size, d_model, num_heads,
     num_layers, context)`` on the device of ``tokens`` and an
     ``torch.optim.AdamW`` with learning rate ``lr``. Each step: draw
-    ``batch_size`` random windows of ``context + 1`` consecutive tokens; the
+    ``batch_size`` random windows of ``context + 1`` consecutive tokens
+    (with PyTorch's generator, ``torch.randint``, so the seed decides them); the
     first ``context`` are the input, the last ``context`` (shifted by one)
     the targets; the loss is the cross-entropy of the logits against the
     targets, averaged over every position; zero the gradients, backpropagate
     and step.
+
+    Dtypes: ``tokens`` int64; the model is float32 and the losses are Python
+    floats.
 
     Args:
         tokens: the training text as token ids, shape ``(N,)``, ``N > context + 1``.
@@ -157,8 +180,9 @@ def train(
         context, batch_size, lr, seed, d_model, num_heads, num_layers: as named.
 
     Returns:
-        ``(model, losses)``: the trained ``TinyLM`` itself, and ``steps``
-        Python floats (``loss.item()``), the loss before each step.
+        ``(model, losses)``: the trained ``TinyLM`` itself (not a copy), and
+        a list of ``steps`` Python floats (``loss.item()``), the loss before
+        each step.
     """
     # BEGIN SOLUTION
     torch.manual_seed(seed)

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from grader.catalog import find_chapter
 from grader.compare import CheckFailure, expect_close, unpack
+from grader.grading import _verdict
+from grader.plugin import CheckResult
 
 
 def message_of(got, expected, **options) -> CheckFailure:
@@ -43,6 +46,26 @@ def test_the_worst_entry_is_named():
     message = message_of(got, expected).message
     assert "max abs error 0.31 against the reference at [1, 0]" in message
     assert "(expected 0, got -0.31; 2 of 6 entries differ)" in message
+
+
+@pytest.mark.parametrize("got, summary", [
+    (torch.tensor([0.0, 0.1, -0.31]), "2 of 3 entries differ, by up to 0.31 at [2]"),
+    (torch.tensor([0.0, float("nan"), 0.0]), "NaN at [1], expected 0; 1 of 3 entries differ"),
+    (torch.zeros(3, 1), "shape (3, 1), expected (3,)"),
+    (None, "returned None"),
+])
+def test_a_table_cell_gets_what_differed_in_a_few_words(got, summary):
+    assert message_of(got, torch.zeros(3)).summary == summary
+
+
+def test_a_failure_with_no_known_bug_says_in_the_table_what_differed():
+    chapter = find_chapter("ch01")
+    failed = CheckResult("ch01", "softmax", "matches the reference [3x5-dim0]", "failed",
+                         "softmax(x (3, 5), dim=0): max abs error 0.87 ...", "mismatch",
+                         summary="15 of 15 entries differ, by up to 0.873 at [2, 1]")
+    result = _verdict(chapter, chapter.exercises[0], [failed], {})
+    assert result.reason == ('fails "matches the reference [3x5-dim0]": 15 of 15 entries differ, '
+                             'by up to 0.873 at [2, 1] (1 of 1 checks failed)')
 
 
 def test_a_matching_known_bug_gives_its_hint():

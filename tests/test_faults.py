@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from conftest import FAST, SOLUTION, STUB, replace_function, result_of, statuses
+from conftest import FAST, SOLUTION, STUB, replace_function, result_of, solution_source, statuses
+from grader.catalog import find_chapter
 
 OTHERS_PASS = {"softmax", "scaled_dot_product_attention", "softmax_numpy",
                "scaled_dot_product_attention_numpy"}
@@ -56,6 +57,27 @@ def test_syntax_error_in_a_helper_is_named_by_its_callers(grade_source):
     assert "softmax has a syntax error at line" in caller.failed_checks[0].message
     assert "softmax" in caller.note
     assert statuses(report)["softmax_numpy"] == "passed"
+
+
+CAUSAL = solution_source(find_chapter("ch04"))
+# causal_mask that hides each token from itself; attend_with_cache that
+# builds its own mask (correctly) but forgets the 1/sqrt(d).
+SELF_BLIND = CAUSAL.replace("triu(\n        diagonal=num_keys - num_queries + 1", "triu(\n        diagonal=num_keys - num_queries")
+OWN_MASK = SELF_BLIND.replace(
+    "    mask = causal_mask(length, k.shape[-2], device=x_new.device)  # (T_new, T_past + T_new)\n"
+    "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+    "    past = k.shape[-2] - length\n"
+    "    mask = torch.ones(length, k.shape[-2], dtype=torch.bool, device=x_new.device).tril(past)\n"
+    "    scores = q @ k.transpose(-2, -1)")
+
+
+def test_the_note_names_a_failing_helper_only_where_the_check_ran_it(grade_source):
+    assert SELF_BLIND != CAUSAL and OWN_MASK != SELF_BLIND
+    report = grade_source(OWN_MASK, chapter="ch04")
+    assert statuses(report) == {"causal_mask": "failed", "causal_self_attention": "failed",
+                                "attend_with_cache": "failed"}
+    assert result_of(report, "causal_self_attention").note == "it uses causal_mask, which fails too"
+    assert result_of(report, "attend_with_cache").note == ""  # it never called causal_mask
 
 
 def test_exception_at_import_is_a_note_not_a_failure(grade_source):

@@ -20,7 +20,7 @@ import types
 import pytest
 import torch
 
-from grader.compare import expect_close, fail, unpack
+from grader.compare import CheckFailure, describe, expect_close, fail, unpack
 from grader.module_calls import ModuleCall, run_module_call
 
 exercise = pytest.mark.exercise
@@ -42,6 +42,23 @@ def broadcast_shape(*shapes) -> torch.Size:
 def run(submission, name: str, *args, **kwargs):
     """The submission's answer and a description of the call, for messages."""
     return submission.call(name, args, kwargs), submission.call_text(name, args, kwargs)
+
+
+def expect_raises(submission, name: str, args: tuple, kwargs: dict, errors: tuple[str, ...],
+                  why: str) -> None:
+    """The call raises one of ``errors`` (exception class names); ``why``
+    says what the docstring refuses, for the message."""
+    expected = " or ".join(f"an {error}" if error[0] in "AEIOU" else f"a {error}" for error in errors)
+    try:
+        got, call = run(submission, name, *args, **kwargs)
+    except CheckFailure as failure:
+        if failure.kind != "error":
+            raise  # not implemented, out of time...: that verdict stands
+        if not any(f" raised {error}" in failure.message for error in errors):
+            fail(f"{failure.message}; expected {expected} ({why})", "error")
+        return
+    fail(f"{call} returned {describe(got)}; expected {expected} ({why})",
+         summary=f"returned {describe(got)}, expected {expected}")
 
 
 def run_module(submission, name: str, recipe: ModuleCall, *args, **kwargs):
@@ -109,12 +126,13 @@ def expect_gradients(grads: list, expected, names, call_text: str, reference: st
         expect_close(mine, theirs, f"gradient of {call_text} with respect to {name}", reference=reference)
 
 
-def expect_attention(got, expected, call_text: str, lookalikes=None, reference: str = "the reference"):
+def expect_attention(got, expected, call_text: str, lookalikes=None, reference: str = "the reference",
+                     rtol: float | None = None):
     """Check an ``(output, weights)`` answer, weights first: they explain the output."""
     output, weights = unpack(got, ("output", "weights"), call_text)
     expected_output, expected_weights = expected
     expect_close(weights, expected_weights, f"weights of {call_text}", reference=reference,
-                 bugs=lookalikes.part(1) if lookalikes else None)
+                 bugs=lookalikes.part(1) if lookalikes else None, rtol=rtol)
     expect_close(output, expected_output, f"output of {call_text}", reference=reference,
-                 bugs=lookalikes.part(0) if lookalikes else None)
+                 bugs=lookalikes.part(0) if lookalikes else None, rtol=rtol)
     return output, weights

@@ -28,6 +28,7 @@ from grader.checks import (
     exercise,
     expect_attention,
     expect_gradients,
+    expect_raises,
     oracles,
     portability_check,
     portable,
@@ -165,18 +166,8 @@ def test_split_heads_with_one_head_adds_an_axis(submission, inputs):
 @exercise("split_heads")
 def test_split_heads_refuses_indivisible_width(submission, inputs):
     """raises ValueError when D is not divisible by num_heads"""
-    x = inputs.randn(2, 5, 6)
-    try:
-        got, call = run(submission, "split_heads", x, 4)
-    except CheckFailure as failure:
-        if failure.kind != "error":
-            raise
-        if " raised ValueError" not in failure.message:
-            fail(f"{failure.message}; expected a ValueError (6 features do not split into 4 heads)",
-                 "error")
-        return
-    fail(f"{call} returned {describe(got)}; expected a ValueError (6 features do not split into "
-         "4 heads)")
+    expect_raises(submission, "split_heads", (inputs.randn(2, 5, 6), 4), {}, ("ValueError",),
+                  "6 features do not split into 4 heads")
 
 
 # -- merge_heads -------------------------------------------------------------------------

@@ -184,14 +184,16 @@ def test_tiled_matches_reference(submission, reference, bugs, inputs, case):
 @exercise("tiled_attention")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tiled_large_logits(submission, bugs, inputs, causal):
-    """stays finite and exact for scores in the hundreds (the max is subtracted before exp)"""
-    # float64: float32 rounds scores in the thousands by 1e-4, too coarse for "exact";
-    # exp of them overflows in float64 as well.
+    """stays finite and accurate for scores in the thousands (the max is subtracted before exp)"""
+    # float64, where exp of scores in the thousands overflows too. Rounded to
+    # float32 (which the precision rule allows inside) they move by 1e-4 and
+    # more, and the weights with them: rtol 1e-2 leaves room for that, and
+    # none for a missing max (inf or nan) or a rescaling gone wrong.
     q, k = (30 * inputs.randn(2, n, 8, dtype=torch.float64) for n in (6, 10))  # (2, 6, 8), (2, 10, 8)
     v = inputs.randn(2, 10, 8, dtype=torch.float64)  # (2, 10, 8)
     got, call = run(submission, "tiled_attention", q, k, v, 3, causal=causal)
     expect_close(got, _attention(q, k, v, causal), call, bugs=bugs.tiled_attention(q, k, v, 3, causal=causal),
-                 reference=_causal_text(causal, 6, 10))
+                 reference=_causal_text(causal, 6, 10), rtol=1e-2)
 
 
 def _piece_budget(length: int, block_size: int) -> int:
