@@ -1,0 +1,134 @@
+"""Chapter 8 in the manner of Hugging Face transformers' eager GPT-2 / Llama code.
+
+_split_heads / _merge_heads helpers and an _attn method; the causal mask is a
+boolean tril applied with torch.where and torch.finfo(dtype).min (never -inf);
+the softmax runs in float32 (`softmax(..., dtype=torch.float32)`) and is cast
+back to the values' dtype; the model builds position_ids with an unsqueeze(0);
+the training loop uses CrossEntropyLoss on flattened labels and zeroes the
+gradients after each optimizer step, as the Trainer does.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import CrossEntropyLoss
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.embed_dim = d_model
+        self.num_heads = num_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        if self.head_dim * self.num_heads != self.embed_dim:
+            raise ValueError(
+                f"`embed_dim` must be divisible by num_heads (got `embed_dim`: {self.embed_dim} and "
+                f"`num_heads`: {self.num_heads})."
+            )
+        self.ln1 = nn.LayerNorm(self.embed_dim)
+        self.qkv = nn.Linear(self.embed_dim, 3 * self.embed_dim)
+        self.proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.ln2 = nn.LayerNorm(self.embed_dim)
+        inner_dim = 4 * self.embed_dim
+        self.mlp = nn.Sequential(nn.Linear(self.embed_dim, inner_dim), nn.GELU(), nn.Linear(inner_dim, self.embed_dim))
+
+    def _split_heads(self, tensor, num_heads, attn_head_size):
+        """Splits hidden_size dim into attn_head_size and num_heads"""
+        new_shape = tensor.size()[:-1] + (num_heads, attn_head_size)
+        tensor = tensor.view(new_shape)
+        return tensor.permute(0, 2, 1, 3)  # (batch, head, seq_length, head_features)
+
+    def _merge_heads(self, tensor, num_heads, attn_head_size):
+        """Merges attn_head_size dim and num_attn_heads dim into hidden_size"""
+        tensor = tensor.permute(0, 2, 1, 3).contiguous()
+        new_shape = tensor.size()[:-2] + (num_heads * attn_head_size,)
+        return tensor.view(new_shape)
+
+    def _attn(self, query, key, value):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / math.sqrt(value.size(-1))
+
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = torch.ones((query_length, key_length), dtype=torch.bool, device=query.device).tril(
+            diagonal=key_length - query_length
+        )
+        mask_value = torch.finfo(attn_weights.dtype).min
+        # Need to be a tensor, otherwise we get error: `RuntimeError: expected scalar type float but found double`.
+        # Need to be on the same device, otherwise `RuntimeError: ..., x and y to be on the same device`
+        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype, device=attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+
+        # upcast to fp32
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value.dtype)
+        attn_output = torch.matmul(attn_weights, value)
+        return attn_output, attn_weights
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.ln1(hidden_states)
+        query, key, value = self.qkv(hidden_states).split(self.embed_dim, dim=2)
+        query = self._split_heads(query, self.num_heads, self.head_dim)
+        key = self._split_heads(key, self.num_heads, self.head_dim)
+        value = self._split_heads(value, self.num_heads, self.head_dim)
+        attn_output, _ = self._attn(query, key, value)
+        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
+        attn_output = self.proj(attn_output)
+        hidden_states = attn_output + residual
+
+        residual = hidden_states
+        hidden_states = self.ln2(hidden_states)
+        feed_forward_hidden_states = self.mlp(hidden_states)
+        hidden_states = residual + feed_forward_hidden_states
+        return hidden_states
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.max_position_embeddings = context
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(context, d_model)
+        self.blocks = nn.ModuleList([TransformerBlock(d_model, num_heads) for _ in range(num_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        input_shape = input_ids.size()
+        device = input_ids.device
+        position_ids = torch.arange(0, input_shape[-1], dtype=torch.long, device=device)
+        position_ids = position_ids.unsqueeze(0)  # (1, seq_length)
+
+        inputs_embeds = self.tok_emb(input_ids)
+        position_embeds = self.pos_emb(position_ids)
+        hidden_states = inputs_embeds + position_embeds
+
+        for block in self.blocks:
+            hidden_states = block(hidden_states)
+
+        hidden_states = self.ln_f(hidden_states)
+        lm_logits = self.head(hidden_states)
+        return lm_logits
+
+
+def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0, d_model=32, num_heads=2,
+          num_layers=1):
+    torch.manual_seed(seed)
+    model = TinyLM(vocab_size, d_model, num_heads, num_layers, context).to(tokens.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    loss_fct = CrossEntropyLoss()
+    model.train()
+    optimizer.zero_grad()
+    losses = []
+    for _ in range(steps):
+        starts = torch.randint(0, tokens.size(0) - context, (batch_size,), device=tokens.device)
+        batch = torch.stack([tokens[start:start + context + 1] for start in starts.tolist()])
+        input_ids, labels = batch[:, :-1], batch[:, 1:]
+        lm_logits = model(input_ids)
+        loss = loss_fct(lm_logits.view(-1, lm_logits.size(-1)), labels.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return model, losses
