@@ -159,9 +159,7 @@ def cross_attention(
         ``(output, weights)`` of shapes ``(B, L, d_v)`` and ``(B, L, S)``;
         each query's weights sum to 1 over its real keys. A sequence whose
         context is empty (length 0) gets zero weights and a zero output, not
-        NaN, and zero gradients. A batch of no sequences (``B = 0``,
-        ``context_lengths`` of shape ``(0,)``) gives the empty results of
-        these shapes.
+        NaN, and zero gradients. ``B`` is at least 1.
     """
     # YOUR CODE HERE
     raise NotImplementedError

@@ -94,8 +94,9 @@ def tiled_attention(
 
     Returns:
         Shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``, without ever
-        making a tensor of ``L x S`` numbers. Exact (no overflow) for scores
-        in the thousands.
+        making a tensor of ``L x S`` numbers. Finite for scores in the
+        thousands (no overflow), and as accurate as float32 rounding of
+        such scores allows.
     """
     # YOUR CODE HERE
     raise NotImplementedError
