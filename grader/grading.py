@@ -16,6 +16,7 @@ import gc
 import importlib
 import io
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -251,6 +252,25 @@ def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
         raise GraderError(f"the checks could not run (pytest exit {int(code)}):\n{output.getvalue()}")
 
 
+def _in_few_words(message: str, width: int = 90) -> str:
+    """A check's sentence for a table cell: its first call named without
+    its arguments (``causal_mask(4, 6) lets ...`` -> ``causal_mask lets ...``),
+    cut at a word near ``width``."""
+    call = re.search(r"[A-Za-z_][\w.]*\(", message)
+    if call is not None:
+        depth, end = 0, call.end() - 1
+        for end in range(call.end() - 1, len(message)):
+            depth += {"(": 1, ")": -1}.get(message[end], 0)
+            if depth == 0:
+                break
+        if depth == 0:
+            message = message[:call.end() - 1] + message[end + 1:]
+    if len(message) <= width:
+        return message
+    cut = message.rfind(" ", width // 2, width)
+    return message[:cut if cut > 0 else width].rstrip(" ,;:(") + " ..."
+
+
 def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
              earlier: dict[str, ExerciseResult]) -> ExerciseResult:
     """Sum up an exercise's checks: all pass, or the first failure's sentence."""
@@ -272,8 +292,7 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     if first.hint or first.kind != "mismatch":
         summary = first.hint or first.message
     else:
-        what = first.summary or (first.message if len(first.message) <= 80 else "")
-        summary = f'fails "{first.check}"' + (f": {what}" if what else "")
+        summary = f'fails "{first.check}": {first.summary or _in_few_words(first.message)}'
     reason = f"{summary} ({len(failed)} of {len(ran)} checks failed)"
     # Only what the failing checks ran: a failure elsewhere says nothing of this one.
     reached = {name for check in failed for name in check.reached}

@@ -68,6 +68,16 @@ def test_a_failure_with_no_known_bug_says_in_the_table_what_differed():
                              'by up to 0.873 at [2, 1] (1 of 1 checks failed)')
 
 
+def test_a_property_that_fails_is_summed_up_without_its_arguments():
+    chapter = find_chapter("ch04")
+    message = ("causal_mask(4, 6, device='cpu') lets a token see a later token (True above the "
+               "diagonal): row 0 lets query 0 see keys 0 to 3, expected keys 0 to 2")
+    failed = CheckResult("ch04", "causal_mask", "is causal", "failed", message, "mismatch")
+    reason = _verdict(chapter, chapter.exercises[0], [failed], {}).reason
+    assert reason == ('fails "is causal": causal_mask lets a token see a later token (True above the '
+                      'diagonal): row 0 lets query 0 ... (1 of 1 checks failed)')
+
+
 def test_a_matching_known_bug_gives_its_hint():
     expected = torch.ones(3)
     got = torch.full((3,), 2.0)
