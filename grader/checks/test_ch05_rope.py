@@ -423,21 +423,21 @@ ATTENTION_CASES = [
 ]
 
 
+def _below_max_seq_len(positions: torch.Tensor) -> torch.Tensor:
+    """``positions``, which the docstring promises stay below max_seq_len:
+    what code does past it (raise, or rotate anyway) is its own affair."""
+    assert int(positions.max()) < MAX_SEQ_LEN, "a check would break rope_self_attention's contract"
+    return positions
+
+
 def _attention_inputs(inputs, case, dtype=torch.float32):
     _, x_shape, num_heads, positions_shape, kind, theta = case
     d_model = x_shape[-1]
     x = inputs.randn(*x_shape, dtype=dtype)
     # Scaled so that queries and keys have entries of size 1 and softmax is not one-hot.
     weights = [inputs.randn(d_model, d_model, dtype=dtype) / math.sqrt(d_model) for _ in range(4)]
-    positions = None if positions_shape is None else _positions(inputs, kind, positions_shape)
+    positions = None if positions_shape is None else _below_max_seq_len(_positions(inputs, kind, positions_shape))
     return [d_model, num_heads, MAX_SEQ_LEN, theta, *weights, x], positions
-
-
-def _below_max_seq_len(positions: torch.Tensor) -> torch.Tensor:
-    """``positions``, which the docstring promises stay below max_seq_len:
-    what code does past it (raise, or rotate anyway) is its own affair."""
-    assert int(positions.max()) < MAX_SEQ_LEN, "a check would break rope_self_attention's contract"
-    return positions
 
 
 @exercise("rope_self_attention")
