@@ -196,14 +196,14 @@ def expect_close(
     try:
         expect_like(got, expected, what)
     except CheckFailure as failure:  # a wrong shape can be a known bug's shape
-        failure.hint = failure.hint or _first_matching_hint(got, bugs)
+        failure.hint = failure.hint or matching_hint(got, bugs)
         raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
     close = close_mask(got_t, expected_t, *_tolerance(expected_t.dtype, rtol, atol))
     if bool(close.all()):
         return
     message, summary = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)
-    fail(message, hint=_first_matching_hint(got, bugs), summary=summary)
+    fail(message, hint=matching_hint(got, bugs), summary=summary)
 
 
 def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
@@ -242,7 +242,9 @@ def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
             f"{count}, by up to {largest}{at}")
 
 
-def _first_matching_hint(got: object, bugs) -> str | None:
+def matching_hint(got: object, bugs) -> str | None:
+    """The hint of the first known bug (``bugs()`` yields ``(hint, value)``)
+    whose value ``got`` matches; None if none does or ``bugs`` is None."""
     if bugs is None:
         return None
     for hint, wrong in bugs():

@@ -20,7 +20,7 @@ import types
 import pytest
 import torch
 
-from grader.compare import CheckFailure, describe, expect_close, fail, unpack
+from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, unpack
 from grader.module_calls import ModuleCall, run_module_call
 
 exercise = pytest.mark.exercise
@@ -45,19 +45,22 @@ def run(submission, name: str, *args, **kwargs):
 
 
 def expect_raises(submission, name: str, args: tuple, kwargs: dict, errors: tuple[str, ...],
-                  why: str) -> None:
-    """The call raises one of ``errors`` (exception class names); ``why``
-    says what the docstring refuses, for the message."""
+                  why: str, module: ModuleCall | None = None, bugs=None) -> None:
+    """The call (of a class built as ``module`` says, if given) raises one
+    of ``errors`` (exception class names); ``why`` says what the docstring
+    refuses, for the message. ``bugs``, as ``expect_close`` takes it, gives
+    a hint when what came back instead matches a known bug."""
     expected = " or ".join(f"an {error}" if error[0] in "AEIOU" else f"a {error}" for error in errors)
     try:
-        got, call = run(submission, name, *args, **kwargs)
+        got = submission.call(name, args, kwargs, module=module)
     except CheckFailure as failure:
         if failure.kind != "error":
             raise  # not implemented, out of time...: that verdict stands
         if not any(f" raised {error}" in failure.message for error in errors):
             fail(f"{failure.message}; expected {expected} ({why})", "error")
         return
-    fail(f"{call} returned {describe(got)}; expected {expected} ({why})",
+    call = submission.call_text(name, args, kwargs, module=module)
+    fail(f"{call} returned {describe(got)}; expected {expected} ({why})", hint=matching_hint(got, bugs),
          summary=f"returned {describe(got)}, expected {expected}")
 
 

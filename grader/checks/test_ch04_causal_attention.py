@@ -27,7 +27,7 @@ from grader.compare import (
     expect_like,
     expect_true,
     fail,
-    matches,
+    matching_hint,
     unpack,
 )
 
@@ -119,11 +119,6 @@ def _at(lookalikes, *path, then=None):
     return values
 
 
-def _hint(got, lookalikes) -> str | None:
-    """The hint of the first known bug whose value ``got`` matches."""
-    return next((hint for hint, value in lookalikes() if matches(got, value)), None)
-
-
 def _split_step(got, call: str, lookalikes=None):
     """``(output, k_cache, v_cache)`` from an ``(output, (k, v))`` answer."""
     output, cache = unpack(got, ("output", "cache"), call)
@@ -200,7 +195,7 @@ def test_causal_mask_newest_query_sees_every_key(submission, bugs, num_queries, 
     last = got[-1].cpu()
     if not bool(last.all()):
         fail(f"{call}: the last query sees {_keys_text(last)} of {num_keys}; it is the newest "
-             f"token (position {num_keys - 1}) and must see them all", hint=_hint(got, lookalikes))
+             f"token (position {num_keys - 1}) and must see them all", hint=matching_hint(got, lookalikes))
 
 
 # -- causal_self_attention ------------------------------------------------------------------
@@ -401,7 +396,7 @@ def test_attend_with_cache_keeps_the_cache_it_is_given(submission, bugs, inputs)
         what = f"the {name} cache returned by {call}"
         if not isinstance(returned, torch.Tensor) or returned.dim() != 4 or returned.shape[-2] < 5:
             fail(f"{what} is {describe(returned)}, expected a tensor (2, 2, 7, 4): the 5 cached "
-                 "tokens, then the 2 new ones", hint=_hint(returned, _at(lookalikes, 1, index)))
+                 "tokens, then the 2 new ones", hint=matching_hint(returned, _at(lookalikes, 1, index)))
         expect_close(returned[:, :, :5], given, f"the first 5 tokens of {what} (the cached ones, "
                      "which come first)", bugs=_at(lookalikes, 1, index, then=lambda t: t[:, :, :5]),
                      reference="the cache passed in")

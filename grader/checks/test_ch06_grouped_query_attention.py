@@ -27,6 +27,7 @@ from grader.checks import (
     exercise,
     expect_attention,
     expect_gradients,
+    expect_raises,
     oracles,
     portability_check,
     portable,
@@ -36,13 +37,13 @@ from grader.checks import (
     run_with_gradients,
 )
 from grader.compare import (
-    CheckFailure,
     describe,
     expect_close,
     expect_like,
     expect_true,
     fail,
     matches,
+    matching_hint,
     unpack,
 )
 from grader.module_calls import ModuleCall
@@ -98,11 +99,6 @@ def _module_oracle(state: dict, num_heads: int, num_kv_heads: int, x, mask=None)
     return F.linear(merged, state["out_proj.weight"], state.get("out_proj.bias"))
 
 
-def _hint(got, lookalikes) -> str | None:
-    """The hint of the first known bug whose value ``got`` matches."""
-    return next((hint for hint, value in lookalikes() if matches(got, value)), None)
-
-
 def _groups_text(num_query_heads: int, num_kv_heads: int) -> str:
     group = num_query_heads // num_kv_heads
     return (f"{num_query_heads} query heads share {num_kv_heads} K/V heads in groups of {group}: "
@@ -128,7 +124,7 @@ def _expect_head_order(got: torch.Tensor, candidates, num_kv_heads: int, what: s
         if h // group not in used:
             fail(f"{what}: query head {h} uses K/V head {used[0]}; expected K/V head {h // group} "
                  f"= {h} // {group} ({_groups_text(num_query_heads, num_kv_heads)})",
-                 hint=_hint(got, lookalikes) if lookalikes else None)
+                 hint=matching_hint(got, lookalikes) if lookalikes else None)
     return True
 
 
@@ -190,20 +186,15 @@ def test_expand_one_kv_head_serves_every_query_head(submission, bugs, inputs):
                  reference="the one K/V head, six times")
 
 
+UNEVEN_GROUPS = "6 query heads cannot be shared out evenly among 4 K/V heads"
+
+
 @exercise("expand_kv_heads")
 def test_expand_refuses_query_heads_not_a_multiple(submission, bugs, inputs):
     """raises ValueError when H_q is not a multiple of H_kv"""
     kv = inputs.randn(2, 4, 5, 3)
-    expected = "expected a ValueError (6 query heads cannot be shared out evenly among 4 K/V heads)"
-    try:
-        got, call = run(submission, "expand_kv_heads", kv, 6)
-    except CheckFailure as failure:
-        if failure.kind != "error":
-            raise
-        if " raised ValueError" not in failure.message:
-            fail(f"{failure.message}; {expected}", "error")
-        return
-    fail(f"{call} returned {describe(got)}; {expected}", hint=_hint(got, bugs.expand_kv_heads(kv, 6)))
+    expect_raises(submission, "expand_kv_heads", (kv, 6), {}, ("ValueError",), UNEVEN_GROUPS,
+                  bugs=bugs.expand_kv_heads(kv, 6))
 
 
 # -- grouped_query_attention --------------------------------------------------------------
@@ -481,16 +472,8 @@ def test_module_with_mask(submission, reference, bugs, inputs, kind):
 def test_module_refuses_query_heads_not_a_multiple(submission, inputs):
     """raises ValueError when num_heads is not a multiple of num_kv_heads"""
     recipe = ModuleCall(init_kwargs={"d_model": 12, "num_heads": 6, "num_kv_heads": 4})
-    expected = "expected a ValueError (6 query heads cannot be shared out evenly among 4 K/V heads)"
-    try:
-        got, call = run_module(submission, "GroupedQueryAttention", recipe, inputs.randn(2, 3, 12))
-    except CheckFailure as failure:
-        if failure.kind != "error":
-            raise
-        if " raised ValueError" not in failure.message:
-            fail(f"{failure.message}; {expected}", "error")
-        return
-    fail(f"{call} returned {describe(got)}; {expected}")
+    expect_raises(submission, "GroupedQueryAttention", (inputs.randn(2, 3, 12),), {}, ("ValueError",),
+                  UNEVEN_GROUPS, module=recipe)
 
 
 @exercise("GroupedQueryAttention")
