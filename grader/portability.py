@@ -87,15 +87,15 @@ class DeviceTracker(TorchFunctionMode):
         """Where a call's result sits: None on the inputs' device, else the
         student lines that made it on a fixed one. Records the first call
         that mixes the two."""
-        device = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
-        if device is not None and (name == "to" or "device" in kwargs) or name == "cuda":
+        if (kwargs.get("device") is not None or name == "cuda"
+                or name == "to" and any(isinstance(a, (str, torch.device)) for a in args[1:])):
             return None  # device=x.device, .to(x.device), or the device a check asks for
         if name == "cpu":
             return self._student_lines()
-        tensors = [t for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
         target = self._ON_DEVICE_OF.get(name)
         if target is not None and len(args) > target and isinstance(args[target], torch.Tensor):
             return self.fixed(args[target])
+        tensors = [t for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
         if name in self._INDEXING:
             tensors = tensors[:1]  # x[mask] takes a CPU mask on any device
         if not tensors:
