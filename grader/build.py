@@ -10,11 +10,19 @@ committed file differs from what the build writes now.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+import time
 from pathlib import Path
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 from grader.notebooks import notebook_text
+
+# What the build last wrote into exercises/, by file name: a sha256 of each
+# text. A file there that matches neither its record nor the build's text
+# now was edited by someone: it holds work, and the build leaves it alone.
+RECORD = ".build-record.json"
 
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
@@ -68,7 +76,8 @@ def _chapter_figures(chapter: Chapter, root: Path) -> dict[Path, str]:
 
 
 def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path, str]:
-    """Every file the build writes, with the text it writes."""
+    """Every file the build writes, with the text it writes: the record of
+    the exercises (``RECORD``) among them."""
     files: dict[Path, str] = {}
     for chapter in CHAPTERS:
         solution = root / "solutions" / f"{chapter.module}.py"
@@ -77,7 +86,43 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
         files[root / "exercises" / f"{chapter.module}.ipynb"] = notebook_text(chapter, stub, root)
         if figures:
             files.update(_chapter_figures(chapter, root))
+    exercises = {path.name: _digest(text) for path, text in files.items() if path.parent.name == "exercises"}
+    files[root / "exercises" / RECORD] = json.dumps(dict(sorted(exercises.items())), indent=1) + "\n"
     return files
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _recorded(folder: Path) -> dict[str, str] | None:
+    """The record in ``folder`` of what the build last wrote there; None if
+    there is none to trust."""
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def edited_files(files: dict[Path, str]) -> list[Path]:
+    """The exercise files on disk that the build would change but did not
+    write as they are: someone's work, which ``write_files`` leaves alone.
+    Without a record to go by, every exercise file that would change counts."""
+    records: dict[Path, dict[str, str] | None] = {}
+    edited = []
+    for path, text in files.items():
+        if path.name == RECORD or path.suffix not in (".py", ".ipynb") or not path.is_file():
+            continue
+        if path.parent not in records:
+            if path.parent.name != "exercises":
+                continue
+            records[path.parent] = _recorded(path.parent)
+        on_disk = path.read_text(encoding="utf-8", errors="replace")
+        record = records[path.parent]
+        if on_disk != text and (record is None or record.get(path.name) != _digest(on_disk)):
+            edited.append(path)
+    return edited
 
 
 def solution_notebooks(folder: Path, root: Path = COURSE_ROOT) -> dict[Path, str]:
@@ -99,10 +144,29 @@ def stale_files(files: dict[Path, str]) -> list[Path]:
     ]
 
 
-def write_files(files: dict[Path, str]) -> list[Path]:
-    """Write the files that changed; return their paths."""
-    changed = stale_files(files)
+def write_files(files: dict[Path, str], force: bool = False) -> tuple[list[Path], dict[Path, Path | None]]:
+    """Write the files that changed, except edited exercises (``edited_files``).
+
+    Returns the paths written, and the edited files: each left alone (None),
+    or with ``force`` overwritten after a copy was kept (the copy's path).
+    The record keeps, for a file left alone, what the build wrote before.
+    """
+    edited: dict[Path, Path | None] = dict.fromkeys(edited_files(files))
+    if force:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for path in edited:
+            copy = path.with_name(f"{path.name}.{stamp}.bak")
+            copy.write_bytes(path.read_bytes())
+            edited[path] = copy
+    files = dict(files)
+    for path, copy in edited.items():
+        if copy is None:
+            record_path = path.parent / RECORD
+            record = json.loads(files[record_path])
+            record[path.name] = (_recorded(path.parent) or {}).get(path.name, "")
+            files[record_path] = json.dumps(record, indent=1) + "\n"
+    changed = [path for path in stale_files(files) if not (path in edited and edited[path] is None)]
     for path in changed:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(files[path], encoding="utf-8")
-    return changed
+    return changed, edited

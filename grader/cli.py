@@ -364,9 +364,22 @@ def build(
     with_solutions: Annotated[Path | None, typer.Option(
         "--with-solutions", help="Instead, write the notebooks with the reference code filled in "
         "into this folder.", show_default=False)] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite exercise files that hold edits too, keeping a copy of each "
+        "(NAME.DATE-TIME.bak).")] = False,
 ) -> None:
-    """Write exercises/ and the lessons' figures from solutions/ (for course authors)."""
-    from grader.build import MarkerError, generated_files, solution_notebooks, stale_files, write_files
+    """Write exercises/ and the lessons' figures from solutions/ (for course authors).
+
+    An exercise file that differs from what the build last wrote there holds
+    someone's work: it is named and left alone, unless --force."""
+    from grader.build import (
+        MarkerError,
+        edited_files,
+        generated_files,
+        solution_notebooks,
+        stale_files,
+        write_files,
+    )
 
     if with_solutions is not None and check:
         usage_error("use either --check or --with-solutions, not both")
@@ -376,18 +389,30 @@ def build(
         files = solution_notebooks(with_solutions) if with_solutions else generated_files()
     except (MarkerError, OSError, ValueError) as error:
         usage_error(str(error))
+    def shown(path: Path) -> Path:
+        return path.relative_to(COURSE_ROOT) if path.is_relative_to(COURSE_ROOT) else path
+
     if check:
+        edited = set(edited_files(files))
         stale = stale_files(files)
         for path in stale:
-            stderr.print(f"out of date: {path.relative_to(COURSE_ROOT)}", highlight=False)
+            what = "holds edits, not the build's text" if path in edited else "out of date"
+            stderr.print(f"{what}: {shown(path)}", highlight=False)
         raise typer.Exit(1 if stale else 0)
     try:
-        changed = write_files(files)
+        changed, edited = write_files(files, force=force)
     except OSError as error:
         usage_error(f"cannot write {error.filename}: {error.strerror}")
     for path in changed:
-        shown = path.relative_to(COURSE_ROOT) if path.is_relative_to(COURSE_ROOT) else path
-        stdout.print(f"wrote {shown}", highlight=False)
+        stdout.print(f"wrote {shown(path)}", highlight=False)
+    for path, copy in edited.items():
+        if copy is None:
+            stderr.print(f"left {shown(path)} as it is: it holds edits the build did not write "
+                         "(mha-course build --force overwrites it, keeping a copy)", style="yellow",
+                         highlight=False)
+        else:
+            stderr.print(f"kept a copy of your edits to {shown(path)} as {copy.name}", style="yellow",
+                         highlight=False)
     stdout.print(f"{len(files)} generated files, {len(changed)} changed.")
 
 

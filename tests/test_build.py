@@ -1,10 +1,19 @@
 """The build writes the stubs and figures from the solutions, and they are committed as written."""
 
 import ast
+import shutil
 
 import pytest
 
-from grader.build import MarkerError, generated_files, stale_files, stub_source
+from grader.build import (
+    RECORD,
+    MarkerError,
+    edited_files,
+    generated_files,
+    stale_files,
+    stub_source,
+    write_files,
+)
 from grader.catalog import CHAPTERS, COURSE_ROOT
 
 
@@ -72,3 +81,48 @@ def test_stub_body_replaces_each_block_at_its_indentation():
 def test_unpaired_markers_are_errors_with_a_line(text, problem):
     with pytest.raises(MarkerError, match=problem):
         stub_source(text, "solutions/x.py")
+
+
+# -- work in exercises/ is never lost ------------------------------------------------
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A copy of the course's sources and exercises, as the build last wrote them."""
+    for folder in ("solutions", "chapters", "exercises"):
+        shutil.copytree(COURSE_ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def test_the_build_leaves_an_edited_exercise_alone_and_updates_the_rest(course):
+    work = course / "exercises" / "ch01_self_attention.py"
+    work.write_text(work.read_text() + "\n# my softmax, half done\n")
+    solution = course / "solutions" / "ch02_cross_attention.py"
+    solution.write_text(solution.read_text().replace("Which positions", "Where the positions", 1))
+    files = generated_files(course, figures=False)
+    assert edited_files(files) == [work]
+    written, edited = write_files(files)
+    assert edited == {work: None}
+    assert work.read_text().endswith("# my softmax, half done\n")
+    assert course / "exercises" / "ch02_cross_attention.py" in written  # a stale stub is rewritten
+    # The record still holds what the build wrote into ch01 before: the file stays work.
+    assert edited_files(generated_files(course, figures=False)) == [work]
+    assert write_files(generated_files(course, figures=False)) == ([], {work: None})
+
+
+def test_force_overwrites_an_edited_exercise_and_keeps_a_copy(course):
+    work = course / "exercises" / "ch03_multi_head_attention.ipynb"
+    edits = work.read_text().replace('"cells": [', '"cells": [ ', 1)
+    work.write_text(edits)
+    written, edited = write_files(generated_files(course, figures=False), force=True)
+    (copy,) = edited.values()
+    assert copy.parent == work.parent and copy.name.startswith(work.name) and copy.suffix == ".bak"
+    assert copy.read_text() == edits
+    assert work in written and work.read_text() == generated_files(course, figures=False)[work]
+
+
+def test_without_a_record_every_exercise_that_would_change_counts_as_work(course):
+    (course / "exercises" / RECORD).unlink()
+    stub = course / "exercises" / "ch05_rope.py"
+    stub.write_text(stub.read_text() + "\n")
+    assert edited_files(generated_files(course, figures=False)) == [stub]
