@@ -4,7 +4,8 @@ SUBMISSIONS is a folder with one entry per student, and the student's id is
 the entry's name (without ``.zip``, ``.py`` or ``.ipynb``):
 
 * a folder laid out like ``exercises/`` (``ch01_self_attention.py`` and/or
-  ``.ipynb``; of the two, the one saved last, as ``mha-course grade`` does).
+  ``.ipynb``; of the two, the one ``finding.best_file`` picks, as
+  ``mha-course grade`` and Gradescope do).
   A file whose name holds ``chNN`` anywhere (``alice_ch01.py``) counts for
   chapter NN when the chapter's own name is absent. A folder holding nothing
   but one folder is that folder;
@@ -53,7 +54,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grader import isolation, reaping
-from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter, chapter_file
+from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter
+from grader.finding import best_file, chapter_file
 from grader.isolation import Limits
 
 # torch and the grading modules are imported inside the functions that grade,
@@ -292,9 +294,10 @@ def chapter_files(folder: Path) -> dict[str, Path]:
     """``{chapter id: file}`` for a student's folder.
 
     A chapter's own names (``ch01_self_attention.py`` or ``.ipynb``) come
-    first, the one saved last when both are there (``chapter_file``, as
-    ``mha-course grade`` chooses). Failing those, a file with ``chNN`` in its
-    name (``alice_ch01.ipynb``), again the one saved last.
+    first; failing those, a file with ``chNN`` in its name
+    (``alice_ch01.ipynb``). Of several, ``finding.best_file`` picks, as for
+    ``mha-course grade`` and Gradescope: the most written, then the one
+    saved last.
 
     Raises:
         Unusable: no file names a chapter (the reason lists what is there).
@@ -313,7 +316,7 @@ def chapter_files(folder: Path) -> dict[str, Path]:
     chosen = {}
     for chapter in CHAPTERS:
         others = named.get(chapter.id, [])
-        path = chapter_file(chapter, folder) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+        path = chapter_file(chapter, folder) or (best_file(others)[0] if others else None)
         if path is not None:
             chosen[chapter.id] = path
     if not chosen:

@@ -357,14 +357,6 @@ def find_chapter(target: str) -> Chapter:
 SUBMISSION_SUFFIXES = (".py", ".ipynb")  # what can be graded: a file or a notebook
 
 
-def chapter_file(chapter: Chapter, directory: Path) -> Path | None:
-    """The chapter's submission in ``directory``: ``chNN_topic.py`` or
-    ``chNN_topic.ipynb``; with both, the one saved last (the one being worked on)."""
-    found = [directory / f"{chapter.module}{suffix}" for suffix in SUBMISSION_SUFFIXES]
-    found = [path for path in found if path.is_file()]
-    return max(found, key=lambda path: path.stat().st_mtime) if found else None
-
-
 def chapter_for_file(path: Path) -> Chapter:
     """The chapter a submitted file belongs to, from its name (``ch01_*.py``)."""
     match = re.match(r"ch(\d+)", path.stem.lower())

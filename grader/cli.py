@@ -27,10 +27,10 @@ from grader.catalog import (
     SUBMISSION_SUFFIXES,
     Chapter,
     UnknownChapter,
-    chapter_file,
     chapter_for_file,
     find_chapter,
 )
+from grader.finding import chapter_choice
 
 app = typer.Typer(
     help="Grade the exercises of the attention course, and build them from the solutions.",
@@ -55,12 +55,13 @@ def usage_error(message: str) -> NoReturn:
     raise typer.Exit(USAGE_ERROR)
 
 
-def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path]]:
-    """Turn command-line targets into ``(chapter, file)`` pairs.
+def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path, str]]:
+    """Turn command-line targets into ``(chapter, file, why that file)``.
 
     A target is a chapter (``ch01``, ``1``, ``01_self_attention``), looked up
-    in ``directory``, or a path to a ``.py`` or ``.ipynb`` file. No target
-    means every chapter whose file is in ``directory``.
+    in ``directory`` (``finding.chapter_choice``), or a path to a ``.py`` or
+    ``.ipynb`` file. No target means every chapter whose file is in
+    ``directory``. ``why`` is empty where there was no choice to make.
     """
     def folder() -> Path:
         if not directory.is_dir():
@@ -68,13 +69,13 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
         return directory
 
     if not targets:
-        found = [(c, chapter_file(c, folder())) for c in CHAPTERS]
-        found = [(c, path) for c, path in found if path is not None]
+        found = [(c, chapter_choice(c, folder())) for c in CHAPTERS]
+        found = [(c, *choice) for c, choice in found if choice is not None]
         if not found:
             usage_error(f"no exercise files in {directory} (expected names like "
                         f"{CHAPTERS[0].module}.py or .ipynb)")
         return found
-    chosen: dict[str, tuple[Chapter, Path]] = {}
+    chosen: dict[str, tuple[Chapter, Path, str]] = {}
     for target in targets:
         as_path = Path(target)
         try:
@@ -83,18 +84,26 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
                     usage_error(f"{target}: only .py files and .ipynb notebooks can be graded")
                 if not as_path.is_file():
                     usage_error(f"no such file: {target}")
-                chapter, path = chapter_for_file(as_path), as_path
+                chapter, path, why = chapter_for_file(as_path), as_path, ""
             else:
                 chapter = find_chapter(target)
-                path = chapter_file(chapter, folder())
-                if path is None:
+                choice = chapter_choice(chapter, folder())
+                if choice is None:
                     usage_error(f"no file {folder() / chapter.module}.py (or .ipynb) for {chapter.id}")
+                path, why = choice
         except UnknownChapter as error:
             usage_error(str(error))
         if chapter.id in chosen and chosen[chapter.id][1].resolve() != path.resolve():
             usage_error(f"two files for {chapter.id}: {chosen[chapter.id][1]} and {path}")
-        chosen[chapter.id] = (chapter, path)
+        chosen[chapter.id] = (chapter, path, why)
     return list(chosen.values())
+
+
+def _shown(path: Path) -> str:
+    """A graded file as the student finds it: from the current folder when
+    it is below it, else in full (another tree's exercises/, say)."""
+    path = path.absolute()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _device(choice: Device):
@@ -117,7 +126,7 @@ def _device(choice: Device):
 def grade(
     targets: Annotated[list[str] | None, typer.Argument(
         help="Chapters (ch01, 1, 01_self_attention), .py files or .ipynb notebooks; none means "
-        "every chapter found (of a .py and an .ipynb, the one saved last).",
+        "every chapter found (of a .py and an .ipynb, the one with more work, then the one saved last).",
         show_default=False)] = None,
     directory: Annotated[Path | None, typer.Option(
         "--dir", help="Folder holding the submission.  \\[default: exercises/]",
@@ -140,6 +149,7 @@ def grade(
         usage_error("use either --solutions or --dir, not both")
     folder = COURSE_ROOT / "solutions" if solutions else directory or COURSE_ROOT / "exercises"
     chosen = resolve_targets(targets or [], folder)
+    sources = {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in chosen}
     where = _device(device)
 
     from grader.grading import GraderError, UnrecordedSeed
@@ -151,7 +161,9 @@ def grade(
 
     limits = Limits.per_check(timeout)
     try:
-        report = run_grade(chosen, where, limits, seed, jobs=default_processes())
+        report = run_grade([(chapter, path) for chapter, path, _ in chosen], where, limits, seed,
+                           jobs=default_processes())
+        report.sources = sources
     except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
         usage_error(str(error))
     except GraderError as error:

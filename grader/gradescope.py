@@ -46,7 +46,6 @@ import io
 import json
 import os
 import pwd
-import re
 import secrets
 import shutil
 import sys
@@ -67,6 +66,7 @@ from grader.catalog import (
     chapter_for_file,
     find_chapter,
 )
+from grader.finding import best_file
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
 STUDENT_USER = "mha-student"  # the account setup.sh creates for student code
@@ -268,7 +268,6 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
 # Python and Jupyter caches, hidden folders (.git, .ipynb_checkpoints).
 IGNORED_FOLDERS = {"__MACOSX", "__pycache__"}
 MAX_DEPTH = 4  # a zip of a folder of a folder is common; deeper is not a submission
-UNFINISHED = re.compile(r"\braise\s+NotImplementedError\b")
 
 
 @dataclass
@@ -290,9 +289,9 @@ def find_submission(folder: Path, chapters: tuple[Chapter, ...] | list[Chapter] 
     A file named exactly like the exercise (``ch01_self_attention.py`` or
     ``.ipynb``), anywhere in the folder, counts first; failing that, one
     whose name starts with the chapter (``ch01.py``, ``ch01_mine.ipynb``).
-    Of several, the one with the fewest ``raise NotImplementedError`` left
-    wins (a student who worked in the notebook often uploads the untouched
-    ``.py`` too), then the one saved last. Links are never followed: a link
+    Of several, ``finding.best_file`` picks: the fewest ``raise
+    NotImplementedError`` left (a student who worked in the notebook often
+    uploads the untouched ``.py`` too), then the one saved last. Links are never followed: a link
     to the reference solution must not be graded as the student's work.
     """
     candidates: list[Path] = []
@@ -325,34 +324,15 @@ def find_submission(folder: Path, chapters: tuple[Chapter, ...] | list[Chapter] 
     for chapter in chapters:
         pool = by_chapter.get(chapter.id, [])
         exact = [path for path in pool if path.stem.lower() == chapter.module]
-        best = min(exact or pool, key=lambda path: (_unfinished(path), -path.stat().st_mtime,
-                                                    str(path)), default=None)
-        if best is None:
+        if not pool:
             continue
+        best, _ = best_file(exact or pool)
         found.chosen[chapter.id] = best
         for path in pool:
             if path != best:
                 found.ignored.append(f"{found.shown(path)}: {chapter.id} was graded from "
                                      f"{found.shown(best)}")
     return found
-
-
-def _unfinished(path: Path) -> int:
-    """How many ``raise NotImplementedError`` a file's code still holds (of a
-    notebook, its graded code cells: the lesson's text mentions it too)."""
-    if path.suffix == ".ipynb":
-        from grader.notebooks import NotebookError, read_notebook
-
-        try:
-            text = read_notebook(path).source
-        except NotebookError:
-            return sys.maxsize  # unreadable: any readable file is better
-    else:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return sys.maxsize
-    return len(UNFINISHED.findall(text))
 
 
 # -- keeping student code in its place ------------------------------------------------

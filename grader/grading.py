@@ -73,6 +73,7 @@ class GradeReport:
     seconds: float = 0.0
     seed: int = 0
     device: str = "cpu"
+    sources: dict[str, str] = field(default_factory=dict)  # by chapter id: the file graded, and why
 
     @property
     def score(self) -> int:

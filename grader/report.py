@@ -53,6 +53,8 @@ def print_table(report: GradeReport, console: Console, verbose: bool = False) ->
                 table.add_row(result.exercise.name, Text(label, style=style),
                               f"{result.score} / {result.exercise.points}", Text(result.reason))
         console.print(table)
+        if chapter.id in report.sources:
+            console.print(Text(f"graded: {report.sources[chapter.id]}", style="dim"))
     _print_failures(report, console, verbose)
     style = "bold green" if report.passed else "bold"
     console.print(Text(f"Total: {report.score} / {report.max_score} points", style=style),
@@ -100,7 +102,8 @@ def results_json(report: GradeReport) -> dict:
         "score": report.score,
         "max_score": report.max_score,
         "execution_time": round(report.seconds, 3),
-        "output": "\n".join(_notes(report)),
+        "output": "\n".join([f"{chapter}: graded {source}" for chapter, source in report.sources.items()]
+                           + _notes(report)),
         "tests": tests,
     }
 

@@ -5,6 +5,8 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -227,7 +229,7 @@ def test_the_command_line_grades_a_notebook_and_says_a_corrupt_one_in_a_line(tmp
 
 
 def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
-    from grader.catalog import chapter_file
+    from grader.finding import chapter_file
 
     py = tmp_path / f"{CH01.module}.py"
     notebook = tmp_path / f"{CH01.module}.ipynb"
@@ -237,6 +239,25 @@ def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
     assert chapter_file(CH01, tmp_path) == notebook
     os.utime(notebook, (900_000, 900_000))
     assert chapter_file(CH01, tmp_path) == py
+
+
+def test_a_stub_that_autosave_touched_loses_to_the_file_with_work(tmp_path):
+    py = tmp_path / f"{CH01.module}.py"
+    notebook = tmp_path / f"{CH01.module}.ipynb"
+    py.write_text((COURSE_ROOT / "solutions" / py.name).read_text(encoding="utf-8"), encoding="utf-8")
+    notebook.write_text((COURSE_ROOT / "exercises" / notebook.name).read_text(encoding="utf-8"),
+                        encoding="utf-8")
+    os.utime(py, (1_000_000, 1_000_000))  # Jupyter saved the untouched notebook after the work
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "ch01", "--dir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    results = json.loads(done.stdout)
+    assert results["score"] == results["max_score"] == CH01.points
+    assert results["output"].splitlines()[0] == (
+        f"ch01: graded {py.name} (it has more written than {notebook.name})")
+    table = subprocess.run([sys.executable, "-m", "grader", "grade", "ch01", "--dir", str(tmp_path)],
+                           capture_output=True, text=True, cwd=COURSE_ROOT, timeout=300,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert f"graded: {py} (it has more written than {notebook.name})" in table.stdout
 
 
 # -- in Jupyter ----------------------------------------------------------------------------
