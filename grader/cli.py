@@ -355,16 +355,19 @@ def gradescope(
 @app.command("list")
 def list_exercises() -> None:
     """List the chapters and their exercises, with points."""
-    table = Table(title="mha-course exercises", title_justify="left")
-    table.add_column("chapter", no_wrap=True)
-    table.add_column("exercise", no_wrap=True)
-    table.add_column("points", justify="right")
-    table.add_column("what it is")
+    from rich import box
+
+    # A table per chapter, as grade prints them: at 80 columns the names and
+    # points stay whole and only the descriptions wrap.
     for chapter in CHAPTERS:
-        table.add_row(f"[bold]{chapter.id}[/]", f"[bold]{chapter.title}[/]", str(chapter.points), "")
+        table = Table(title=f"{chapter.id} · {chapter.title} · {chapter.points} points", title_justify="left",
+                      title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, expand=True)
+        table.add_column("exercise", no_wrap=True)
+        table.add_column("points", justify="right", no_wrap=True)
+        table.add_column("what it is", min_width=20, ratio=1)
         for exercise in chapter.exercises:
-            table.add_row("", exercise.name, str(exercise.points), exercise.summary)
-    stdout.print(table)
+            table.add_row(exercise.name, str(exercise.points), exercise.summary)
+        stdout.print(table)
     total = sum(chapter.points for chapter in CHAPTERS)
     stdout.print(f"{len(CHAPTERS)} chapter(s), {total} points. Grade one with: mha-course grade ch01")
 

@@ -34,7 +34,9 @@ EDITION_SETUP = """\
 ## Set-up
 
 From this folder, with Python 3.10 or newer on Linux or macOS (on Windows,
-use WSL: workers are forked processes):
+use WSL: workers are forked processes). On a machine with no GPU and no
+torch yet, install PyTorch's CPU build first, or pip fetches gigabytes of
+CUDA libraries: `pip install torch --index-url https://download.pytorch.org/whl/cpu`.
 
 ```
 pip install -e . && mha-course list

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -147,6 +148,17 @@ def test_list_shows_every_exercise_with_points():
     for chapter in CHAPTERS:
         for exercise in chapter.exercises:
             assert exercise.name in done.stdout
+
+
+def test_list_keeps_every_name_and_point_whole_at_80_columns():
+    done = subprocess.run([sys.executable, "-m", "grader", "list"], capture_output=True, text=True,
+                          cwd=COURSE_ROOT, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    for chapter in CHAPTERS:
+        assert f"{chapter.id} · {chapter.title} · {chapter.points} points" in done.stdout
+        for exercise in chapter.exercises:
+            assert re.search(rf"^ {exercise.name} +{exercise.points} ", done.stdout, re.MULTILINE), exercise.name
 
 
 def test_build_check_passes_on_a_clean_tree():
