@@ -87,12 +87,16 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
         if figures:
             files.update(_chapter_figures(chapter, root))
     exercises = {path.name: _digest(text) for path, text in files.items() if path.parent.name == "exercises"}
-    files[root / "exercises" / RECORD] = json.dumps(dict(sorted(exercises.items())), indent=1) + "\n"
+    files[root / "exercises" / RECORD] = _record_text(exercises)
     return files
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _record_text(digests: dict[str, str]) -> str:
+    return json.dumps(dict(sorted(digests.items())), indent=1) + "\n"
 
 
 def _recorded(folder: Path) -> dict[str, str] | None:
@@ -158,14 +162,14 @@ def write_files(files: dict[Path, str], force: bool = False) -> tuple[list[Path]
             copy = path.with_name(f"{path.name}.{stamp}.bak")
             copy.write_bytes(path.read_bytes())
             edited[path] = copy
+    kept = {path for path, copy in edited.items() if copy is None}
     files = dict(files)
-    for path, copy in edited.items():
-        if copy is None:
-            record_path = path.parent / RECORD
-            record = json.loads(files[record_path])
-            record[path.name] = (_recorded(path.parent) or {}).get(path.name, "")
-            files[record_path] = json.dumps(record, indent=1) + "\n"
-    changed = [path for path in stale_files(files) if not (path in edited and edited[path] is None)]
+    for path in kept:
+        record_path = path.parent / RECORD
+        record = json.loads(files[record_path])
+        record[path.name] = (_recorded(path.parent) or {}).get(path.name, "")
+        files[record_path] = _record_text(record)
+    changed = [path for path in stale_files(files) if path not in kept]
     for path in changed:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(files[path], encoding="utf-8")

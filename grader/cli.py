@@ -404,6 +404,7 @@ def build(
         files = solution_notebooks(with_solutions) if with_solutions else generated_files()
     except (MarkerError, OSError, ValueError) as error:
         usage_error(str(error))
+
     def shown(path: Path) -> Path:
         return path.relative_to(COURSE_ROOT) if path.is_relative_to(COURSE_ROOT) else path
 
