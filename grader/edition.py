@@ -2,10 +2,11 @@
 
 The edition is what students receive: the lessons (``chapters/``), the
 stubs and notebooks (``exercises/``), the grader and its checks. It holds no
-reference solution code: no ``solutions/`` folder, and the known-bug catalog
-keeps each bug's hint but not its ``old``/``new`` lines (they are edits of
-solution lines). What the checks ask of the reference is recorded instead
-(``grader.recorded``): the reference solutions are graded once per seed, in
+code that computes an exercise's answer: no ``solutions/`` folder, no
+independent oracles (``grader/oracles/``), and the known-bug catalog keeps
+each bug's hint but not its ``old``/``new`` lines (they are edits of
+solution lines). What the checks ask of the reference and the oracles is
+recorded instead (``grader.recorded``): the reference solutions are graded once per seed, in
 processes forked from this one, with every call written down, and the
 recordings go to ``DIR/grader/recorded/`` only; nothing generated lands in
 the instructor's tree.
@@ -149,14 +150,16 @@ def _record_seed(seed: int, root: Path) -> dict[str, bytes]:
 
 def _copy_course(folder: Path, root: Path) -> int:
     """Copy the lessons, exercises and grader; the README and pyproject
-    adapted. Not copied: solutions/, tests/, the bugs' code, old recordings."""
+    adapted. Not copied: solutions/, tests/, the oracles, the bugs' code,
+    old recordings."""
     count = 0
     for top in COPIED:
         for path in sorted((root / top).rglob("*")):
             relative = path.relative_to(root)
             if (not path.is_file() or any(part in LEFT_OUT for part in relative.parts)
                     or path.suffix in LEFT_OUT_SUFFIXES
-                    or relative.parts[:2] in (("grader", "bugs"), ("grader", "recorded"))
+                    or relative.parts[:2] in (("grader", "bugs"), ("grader", "oracles"),
+                                              ("grader", "recorded"))
                     and path.name != "__init__.py"):
                 continue
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)

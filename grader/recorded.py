@@ -5,7 +5,9 @@ The student edition (``mha-course release``) ships the checks but not
 ``mha-course release`` grades the reference solutions once per recorded seed,
 and every call a check makes to ``reference.<function>(...)`` (or, through
 ``reference_module_call``, to one of its classes) is stored with its answer,
-keyed by a digest of the call. The checks' inputs depend only on the seed and
+keyed by a digest of the call; so is every call a check makes to an
+independent oracle (``grader.oracles``, which the edition leaves out too).
+The checks' inputs depend only on the seed and
 the check (``grader.inputs``), so a grade in the edition with a recorded seed
 makes the very same calls and finds every answer here.
 
@@ -338,6 +340,12 @@ class Recorder:
     def seed(self, seed: int | None) -> int | None:
         return seed
 
+    def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
+        """An oracle's answer, computed and written down."""
+        answer = live_oracle(chapter, name)(*args, **kwargs)
+        self.recording(chapter).answers[digest(chapter.id, ORACLE + name, args, kwargs, None)] = _plain(answer)
+        return answer
+
 
 class RecordingReference:
     """The reference module, answering as usual and recording each answer."""
@@ -452,6 +460,14 @@ class Replayer:
     def bugs(self, chapter: Chapter, check: str, load=None, seen=()):
         return ReplayBugs(chapter, self.recording(chapter), seen)
 
+    def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
+        """An oracle's recorded answer."""
+        node = self.recording(chapter).answers.get(digest(chapter.id, ORACLE + name, args, kwargs, None))
+        if node is None:
+            raise NotRecorded(f"a check asked the oracle {name} for a call that mha-course release "
+                              "did not record")
+        return _value(node)
+
     def seed(self, seed: int | None) -> int:
         """The seed a grade uses: one that was recorded."""
         if seed is None:
@@ -531,6 +547,28 @@ class ReplayLookalikes:
                 except (TypeError, IndexError):  # as Lookalikes: an output without that part
                     continue
             yield bugs[bug].hint, output
+
+
+# -- oracles ----------------------------------------------------------------------------
+
+# An oracle's calls are keyed apart from the reference's functions of the same name.
+ORACLE = "oracle:"
+
+
+def live_oracle(chapter: Chapter, name: str) -> Callable:
+    """The function ``name`` of ``grader/oracles/chNN.py`` (instructor's tree only)."""
+    import importlib
+
+    return getattr(importlib.import_module(f"grader.oracles.{chapter.id}"), name)
+
+
+def oracle_answer(chapter: Chapter, name: str, args: tuple, kwargs: dict):
+    """What the oracle ``name`` answers to a call: computed in the
+    instructor's tree, computed and recorded while ``release`` records,
+    recorded in the student edition."""
+    if MODE is None:
+        return live_oracle(chapter, name)(*args, **kwargs)
+    return MODE.oracle(chapter, name, args, kwargs)
 
 
 # -- the mode ---------------------------------------------------------------------------

@@ -9,8 +9,9 @@ the CPU; the worker runs the student's code on the device being graded.
 
 The helpers below are what checks of every chapter share: calling the
 submission (and saying what was called), and judging attention's
-``(output, weights)`` answers. ``grader.checks.oracles`` holds the
-independent answers PyTorch gives.
+``(output, weights)`` answers. Independent answers come from ``Oracles``:
+the code that computes them lives in ``grader/oracles/``, outside the
+checks, so that the student edition holds no code that answers an exercise.
 """
 
 from __future__ import annotations
@@ -20,10 +21,28 @@ import types
 import pytest
 import torch
 
+from grader import recorded
+from grader.catalog import find_chapter
 from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, unpack
 from grader.module_calls import ModuleCall, run_module_call
 
 exercise = pytest.mark.exercise
+
+
+class Oracles:
+    """A chapter's independent answers: ``oracles.attention(q, k, v)`` is
+    ``grader/oracles/chNN.py``'s ``attention(q, k, v)``, computed in the
+    instructor's tree and recorded in the student edition
+    (``recorded.oracle_answer``). Arguments are data (tensors, numbers,
+    strings, tuples), since a recorded answer is found by them."""
+
+    def __init__(self, chapter_id: str):
+        self._chapter = find_chapter(chapter_id)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: recorded.oracle_answer(self._chapter, name, args, kwargs)
 
 
 def case_ids(cases) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     broadcast_shape,
     case_ids,
@@ -24,7 +25,6 @@ from grader.checks import (
     expect_attention,
     expect_gradients,
     expect_raises,
-    oracles,
     portability_check,
     portable,
     run,

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     case_ids,
     exercise,
     expect_gradients,
-    oracles,
     portability_check,
     portable,
     run,

@@ -22,13 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     case_ids,
     exercise,
     expect_attention,
     expect_gradients,
     expect_raises,
-    oracles,
     portability_check,
     portable,
     reference_module_call,

@@ -1,9 +1,5 @@
-"""Independent answers: what PyTorch's own functions say, not the course's code.
-
-Every exercise is checked against one of these as well as against the
-reference solution, so that a mistake shared by the reference and a
-student cannot hide.
-"""
+"""Oracles that several chapters use: PyTorch's own attention, and gradients
+of any of them. Chapters' oracle modules import what they use from here."""
 
 from __future__ import annotations
 
