@@ -16,6 +16,13 @@ from pathlib import Path
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 
+def is_student_edition(root: Path = COURSE_ROOT) -> bool:
+    """A student edition (``mha-course release``): recorded answers and no
+    reference solutions. Cheap: ``--help`` asks it before torch is imported."""
+    recordings = Path(__file__).resolve().parent / "recorded" / "index.json"
+    return recordings.is_file() and not (root / "solutions").is_dir()
+
+
 @dataclass(frozen=True)
 class Exercise:
     """One function a student writes.

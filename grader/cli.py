@@ -1,4 +1,6 @@
-"""The ``mha-course`` command: ``grade``, ``verify``, ``list`` and ``build``.
+"""The ``mha-course`` command: a student's ``grade`` and ``list``; the
+instructor's ``verify``, ``build``, ``release``, ``batch`` and ``gradescope``,
+which the student edition hides and refuses in one line.
 
 Errors in what was asked (an unknown chapter, a missing file or folder) are
 one red line on stderr and exit status 2; a grade exits 0 when every check
@@ -29,14 +31,22 @@ from grader.catalog import (
     UnknownChapter,
     chapter_for_file,
     find_chapter,
+    is_student_edition,
 )
 from grader.finding import chapter_choice
 
+# The student edition shows a student's commands only; the instructor's are
+# answered with one line (main), since they need solutions/ or tests/.
+EDITION = is_student_edition()
+INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
+
 app = typer.Typer(
-    help="Grade the exercises of the attention course, and build them from the solutions.",
+    help="Grade the exercises of the attention course." if EDITION else
+    "Grade the exercises of the attention course, and build them from the solutions.",
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+instructor_command = app.command(hidden=EDITION)  # as @app.command(), hidden in the edition
 stdout = Console()
 stderr = Console(stderr=True)
 
@@ -132,7 +142,8 @@ def grade(
         "--dir", help="Folder holding the submission.  \\[default: exercises/]",
         show_default=False)] = None,
     solutions: Annotated[bool, typer.Option(
-        "--solutions", help="Grade the reference solutions (same as --dir solutions).")] = False,
+        "--solutions", help="Grade the reference solutions (same as --dir solutions).",
+        hidden=EDITION)] = False,
     device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
     timeout: Annotated[float, typer.Option(
         help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
@@ -179,7 +190,7 @@ def grade(
     raise typer.Exit(0 if report.passed else 1)
 
 
-@app.command()
+@instructor_command
 def verify(
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs.  \\[default: a fresh one]", show_default=False)] = None,
@@ -189,8 +200,10 @@ def verify(
     matrix: Annotated[bool, typer.Option(
         "--matrix", help="Also show, for each exercise, which checks catch which known bug.")] = False,
 ) -> None:
-    """Prove the checks (for instructors): the reference passes, the stub fails,
-    every known bug is caught, the generated files are up to date."""
+    """Prove the checks (for instructors).
+
+    The reference passes, the stub fails, every known bug is caught, the
+    generated files are up to date."""
     import secrets
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -214,7 +227,7 @@ def verify(
     raise typer.Exit(0 if result.passed else 1)
 
 
-@app.command()
+@instructor_command
 def batch(
     submissions: Annotated[Path, typer.Argument(
         help="Folder with one entry per student: a folder laid out like exercises/, a single .py "
@@ -233,8 +246,10 @@ def batch(
         help="Seed of the random inputs, the same for every student.  \\[default: a fresh one]",
         show_default=False)] = None,
 ) -> None:
-    """Grade a whole class (for instructors), on the CPU: a CSV row and a
-    Gradescope results.json per student, and a summary of the class.
+    """Grade a whole class (for instructors), on the CPU.
+
+    A CSV row and a Gradescope results.json per student, and a summary of
+    the class.
 
     Only the chapters a student submitted are graded; the exercises of the
     other chapters score 0. A submission that cannot be graded (an empty
@@ -277,7 +292,7 @@ def batch(
     print_summary(result, stdout)
 
 
-@app.command()
+@instructor_command
 def release(
     folder: Annotated[Path, typer.Argument(
         help="Where the edition goes: a new or empty folder outside the course.", show_default=False)],
@@ -288,8 +303,10 @@ def release(
         help="Processes recording seeds side by side.  \\[default: one per core]",
         show_default=False, min=0)] = 0,
 ) -> None:
-    """Write the student edition (for instructors): lessons, stubs, notebooks and the
-    grader, with answers recorded from the reference instead of its code."""
+    """Write the student edition (for instructors).
+
+    Lessons, stubs, notebooks and the grader, with answers recorded from the
+    reference instead of its code."""
     from grader.edition import ReleaseError, write_edition
     from grader.recorded import is_edition
 
@@ -314,7 +331,7 @@ class Visibility(str, enum.Enum):
     hidden = "hidden"
 
 
-@app.command()
+@instructor_command
 def gradescope(
     out: Annotated[Path, typer.Argument(
         help="The zip to write, e.g. autograder.zip.", show_default=False)],
@@ -326,8 +343,10 @@ def gradescope(
     timeout: Annotated[float, typer.Option(
         help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
 ) -> None:
-    """Write a Gradescope autograder (for instructors): upload OUT as the autograder
-    of a programming assignment; students submit their chNN_topic.py or .ipynb files."""
+    """Write a Gradescope autograder (for instructors).
+
+    Upload OUT as the autograder of a programming assignment; students
+    submit their chNN_topic.py or .ipynb files."""
     from grader.gradescope import BundleError, write_bundle
 
     if out.suffix != ".zip":
@@ -372,7 +391,7 @@ def list_exercises() -> None:
     stdout.print(f"{len(CHAPTERS)} chapter(s), {total} points. Grade one with: mha-course grade ch01")
 
 
-@app.command()
+@instructor_command
 def build(
     check: Annotated[bool, typer.Option(
         "--check", help="Write nothing; exit 1 if a generated file is out of date.")] = False,
@@ -383,7 +402,7 @@ def build(
         "--force", help="Overwrite exercise files that hold edits too, keeping a copy of each "
         "(NAME.DATE-TIME.bak).")] = False,
 ) -> None:
-    """Write exercises/ and the lessons' figures from solutions/ (for course authors).
+    """Write exercises/ and the figures from solutions/ (for course authors).
 
     An exercise file that differs from what the build last wrote there holds
     someone's work: it is named and left alone, unless --force."""
@@ -435,6 +454,10 @@ def build(
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; usage errors, typer's included, are one line."""
     args = sys.argv[1:] if argv is None else argv
+    if EDITION and args and args[0] in INSTRUCTOR_COMMANDS:
+        stderr.print(f"[bold red]error:[/] mha-course {args[0]} belongs to the instructor's tree; "
+                     "this is the student edition (see mha-course --help)", highlight=False, soft_wrap=True)
+        sys.exit(USAGE_ERROR)
     try:
         code = app(args or ["--help"], standalone_mode=False, prog_name="mha-course")
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import secrets
 import shutil
 from concurrent.futures import ProcessPoolExecutor
@@ -28,32 +29,12 @@ from grader.catalog import CHAPTERS, COURSE_ROOT
 # What the edition copies from the course, and what it leaves out of them.
 COPIED = ("chapters", "exercises", "grader")
 LEFT_OUT = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache")
+LEFT_OUT_OF_GRADER = ("bugs", "oracles", "recorded", "templates")  # all but their __init__.py
 LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
-INSTRUCTORS_SECTION = "## For instructors and course authors"
-SETUP_SECTION = "## Set-up: two commands"
-EDITION_SETUP = """\
-## Set-up
-
-From this folder, with Python 3.10 or newer on Linux or macOS (on Windows,
-use WSL: workers are forked processes). On a machine with no GPU and no
-torch yet, install PyTorch's CPU build first, or pip fetches gigabytes of
-CUDA libraries: `pip install torch --index-url https://download.pytorch.org/whl/cpu`.
-
-```
-pip install -e . && mha-course list
-```
-
-installs the course and its grader, then lists the chapters and their
-exercises. `mha-course grade ch01` grades your first chapter: every exercise
-starts as "not implemented yet".
-
-"""
-EDITION_NOTE = """\
-> **Student edition.** This copy of the course has no reference solutions:
-> `mha-course grade` checks your exercises against answers recorded from
-> them (with `--seed`, one of the recorded seeds), against PyTorch and against
-> properties, and gives the same verdicts as the instructor's grader.
-"""
+# The student README: a template of its own, with the sections it shares
+# with the course's README copied in, so that no sentence is written twice.
+STUDENT_README = Path(__file__).resolve().parent / "templates" / "student-README.md"
+SECTION_MARK = re.compile(r"^<!-- section: (## .+) -->$", re.MULTILINE)
 
 
 class ReleaseError(RuntimeError):
@@ -158,8 +139,7 @@ def _copy_course(folder: Path, root: Path) -> int:
             relative = path.relative_to(root)
             if (not path.is_file() or any(part in LEFT_OUT for part in relative.parts)
                     or path.suffix in LEFT_OUT_SUFFIXES
-                    or relative.parts[:2] in (("grader", "bugs"), ("grader", "oracles"),
-                                              ("grader", "recorded"))
+                    or relative.parts[0] == "grader" and relative.parts[1] in LEFT_OUT_OF_GRADER
                     and path.name != "__init__.py"):
                 continue
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -172,33 +152,44 @@ def _copy_course(folder: Path, root: Path) -> int:
     return count + 2
 
 
-def student_readme(text: str) -> str:
-    """The README without its section for instructors, its set-up for a
-    student (there are no solutions to grade, no tests to run), and a note
-    on the edition."""
-    text = _replace_section(text, INSTRUCTORS_SECTION, "")
-    text = _replace_section(text, SETUP_SECTION, EDITION_SETUP)
-    title_end = text.find("\n\n") + 2 if text.startswith("# ") else 0
-    return text[:title_end] + EDITION_NOTE + "\n" + text[title_end:]
+def student_readme(course_readme: str, template: str | None = None) -> str:
+    """The edition's README: ``templates/student-README.md``, each of its
+    ``<!-- section: ## Heading -->`` lines replaced by that section of the
+    course's README (up to the next ``## ``). Raises ReleaseError for a
+    section the course's README lacks."""
+    template = STUDENT_README.read_text(encoding="utf-8") if template is None else template
 
+    def section(match: re.Match) -> str:
+        heading = match.group(1)
+        start = course_readme.find(f"\n{heading}\n")
+        if start < 0:
+            raise ReleaseError(f"README.md has no section {heading!r} for the student edition's README")
+        end = course_readme.find("\n## ", start + 1)
+        return course_readme[start + 1:end if end >= 0 else None].rstrip("\n")
 
-def _replace_section(text: str, heading: str, replacement: str) -> str:
-    """``text`` with the section under ``heading`` (up to the next ``## ``)
-    replaced; unchanged when there is no such heading."""
-    start = text.find(heading)
-    if start < 0:
-        return text
-    end = text.find("\n## ", start + len(heading))
-    return text[:start] + replacement + (text[end + 1:] if end >= 0 else "")
+    return SECTION_MARK.sub(section, template)
 
 
 def student_pyproject(text: str) -> str:
-    """The project file, with the recordings as package data (so a
-    non-editable install carries them too)."""
-    section = "[tool.setuptools.package-data]\n"
-    if section not in text:
-        return text.rstrip("\n") + "\n\n" + section + '"grader" = ["recorded/*"]\n'
-    return text.replace(section, section + '"grader" = ["recorded/*"]\n', 1)
+    """The project file for students: no instructor's extras (``dev``), no
+    test settings (the edition has no tests), and the recordings as package
+    data (so a non-editable install carries them too)."""
+    kept, section = [], ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        if section == "[tool.pytest.ini_options]":
+            continue
+        if section == "[project.optional-dependencies]" and not (
+                line.startswith(("[", "notebook")) or not line.strip()):
+            continue  # the dev extra and the comments on it
+        if section == "[tool.setuptools.package-data]" and line.startswith('"grader" ='):
+            line = '"grader" = ["recorded/*"]'
+        kept.append(line)
+    text = "\n".join(kept).rstrip("\n") + "\n"
+    if '"grader" = ["recorded/*"]' not in text:
+        raise ReleaseError('pyproject.toml has no "grader" package data to replace')
+    return text
 
 
 def _write_bug_hints(folder: Path) -> int:

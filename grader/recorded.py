@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from grader import wire
-from grader.catalog import COURSE_ROOT, Chapter
+from grader.catalog import COURSE_ROOT, Chapter, is_student_edition
 
 FORMAT = 1
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
@@ -576,7 +576,7 @@ def oracle_answer(chapter: Chapter, name: str, args: tuple, kwargs: dict):
 
 def is_edition(root: Path = COURSE_ROOT) -> bool:
     """A student edition: recordings and no reference solutions."""
-    return (RECORDED_DIR / INDEX).is_file() and not (root / "solutions").is_dir()
+    return is_student_edition(root)
 
 
 MODE: Recorder | Replayer | None = Replayer() if is_edition() else None

@@ -13,6 +13,7 @@ import json
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -69,14 +70,20 @@ def _print_failures(report: GradeReport, console: Console, verbose: bool) -> Non
             continue
         console.print(Text(f"{result.chapter.id} {result.exercise.name}", style="bold red"))
         for check in result.failed_checks if verbose else result.failed_checks[:1]:
-            console.print(Text(f"  {check.check}", style="bold"))
-            console.print(Text(f"    {check.message}"))
+            console.print(_indented(check.check, 2, "bold"))
+            console.print(_indented(check.message, 4))
             if check.hint:
-                console.print(Text(f"    hint: {check.hint}", style="cyan"))
+                console.print(_indented(f"hint: {check.hint}", 4, "cyan"))
             if verbose and check.details:
                 console.print(Text(check.details, style="dim"))
         if result.note:
-            console.print(Text(f"  note: {result.note}", style="yellow"))
+            console.print(_indented(f"note: {result.note}", 2, "yellow"))
+
+
+def _indented(text: str, spaces: int, style: str = "") -> Padding:
+    """``text`` indented, its wrapped lines too (a narrow terminal wraps
+    most messages)."""
+    return Padding(Text(text, style=style), (0, 0, 0, spaces))
 
 
 def results_json(report: GradeReport) -> dict:

@@ -161,6 +161,28 @@ def test_list_keeps_every_name_and_point_whole_at_80_columns():
             assert re.search(rf"^ {exercise.name} +{exercise.points} ", done.stdout, re.MULTILINE), exercise.name
 
 
+def test_grade_keeps_every_name_and_point_whole_at_80_columns(tmp_path):
+    """Every row of every state (passed, failed with a long reason and a
+    hint, not implemented) keeps its exercise name and points whole."""
+    from grader.known_bugs import KNOWN_BUGS, apply_bug
+
+    source = (COURSE_ROOT / "solutions" / "ch01_self_attention.py").read_text(encoding="utf-8")
+    bug = next(bug for bug in KNOWN_BUGS["ch01"] if bug.name == "no-scale")
+    (tmp_path / "ch01_self_attention.py").write_text(apply_bug(source, bug), encoding="utf-8")
+    for chapter in CHAPTERS[1:]:
+        stub = (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        (tmp_path / f"{chapter.module}.py").write_text(stub, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "--dir", str(tmp_path), "--seed", "1"],
+                          capture_output=True, text=True, cwd=COURSE_ROOT, timeout=300,
+                          env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 1, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    rows = re.findall(r"^ ?(\w+) +(✓ pass|✗ fail|· todo) +(\d+) / (\d+)\b", done.stdout, re.MULTILINE)
+    assert {(name, int(total)) for name, _, _, total in rows} == {
+        (exercise.name, exercise.points) for chapter in CHAPTERS for exercise in chapter.exercises}
+    assert {status for _, status, _, _ in rows} == {"✓ pass", "✗ fail", "· todo"}
+
+
 def test_build_check_passes_on_a_clean_tree():
     done = mha_course("build", "--check")
     assert done.returncode == 0, done.stderr

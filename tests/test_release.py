@@ -95,18 +95,125 @@ def test_edition_keeps_the_hints_not_the_bugs(edition):
         assert repr(bug.old) not in text and repr(bug.new) not in text
 
 
-def test_edition_readme_and_project(edition):
+def test_edition_readme_is_the_students(edition):
     readme = (edition / "README.md").read_text(encoding="utf-8")
-    assert "Student edition" in readme and "## For instructors" not in readme
-    assert '"grader" = ["recorded/*"]' in (edition / "pyproject.toml").read_text(encoding="utf-8")
+    for instructors in ("solutions/", "tests/", ".ci/run", "## For instructors", "python -m pytest",
+                        "[dev]", "mha-course build", "mha-course verify", "mha-course release",
+                        "mha-course batch", "mha-course gradescope", "<!-- section"):
+        assert instructors not in readme, instructors
+    # Set-up: the CPU build of torch before the course, and Jupyter named.
+    cpu, install = readme.index("download.pytorch.org/whl/cpu"), readme.index("pip install -e . && mha-course list")
+    assert cpu < install
+    assert 'pip install -e ".[notebook]"' in readme and "jupyter notebook exercises/" in readme
+    # The sections it shares with the course's README, whole.
+    course = (COURSE_ROOT / "README.md").read_text(encoding="utf-8")
+    for heading in ("## For students: working through a chapter", "## Chapters"):
+        start = course.index(heading)
+        end = course.find("\n## ", start)
+        assert course[start:end if end >= 0 else None].strip() in readme
+
+
+def test_edition_project_has_no_instructors_extras(edition):
+    import tomllib
+
+    project = tomllib.loads((edition / "pyproject.toml").read_text(encoding="utf-8"))
+    course = tomllib.loads((COURSE_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["optional-dependencies"] == {"notebook": course["project"]["optional-dependencies"]["notebook"]}
+    assert project["project"]["dependencies"] == course["project"]["dependencies"]
+    assert "pytest" not in project.get("tool", {})
+    assert project["tool"]["setuptools"]["package-data"]["grader"] == ["recorded/*"]
     index = json.loads((edition / "grader" / "recorded" / "index.json").read_text(encoding="utf-8"))
     assert index["seeds"] == [SEED]
+
+
+def test_edition_help_shows_a_students_commands(edition):
+    from grader.cli import INSTRUCTOR_COMMANDS
+
+    shown = _edition_grade(edition, "--help").stdout
+    assert " grade " in shown and " list " in shown
+    assert not [command for command in INSTRUCTOR_COMMANDS if f" {command} " in shown], shown
+    assert "--solutions" not in _edition_grade(edition, "grade", "--help").stdout
+
+
+@pytest.mark.parametrize("command", ["build", "verify", "release", "batch", "gradescope"])
+def test_edition_answers_an_instructors_command_in_one_line(edition, command, tmp_path):
+    ran = _edition_grade(edition, command, str(tmp_path / "out"))
+    assert ran.returncode == 2 and ran.stdout == ""
+    (line,) = ran.stderr.strip().splitlines()
+    assert f"mha-course {command} belongs to the instructor's tree" in line
+    assert not (tmp_path / "out").exists()
 
 
 def test_instructor_tree_does_not_replay():
     assert not recorded.is_edition()
     assert recorded.MODE is None
     assert not (COURSE_ROOT / "grader" / "recorded").exists()
+
+
+def _answer_cases() -> list:
+    """``(chapter, exercise, args, kwargs, the reference's answer)`` for the
+    sample calls of every function exercise (classes are built, not pasted)."""
+    from test_correct_styles import SAMPLES, Draw, load
+
+    cases = []
+    for chapter in CHAPTERS:
+        reference = load(COURSE_ROOT / "solutions" / f"{chapter.module}.py", f"reference_{chapter.module}")
+        for seed in (0, 1):
+            for name, args, kwargs in SAMPLES[chapter.id](Draw(seed)):
+                if not isinstance(getattr(reference, name), type):
+                    cases.append((chapter.id, name, args, kwargs, getattr(reference, name)(*args, **kwargs)))
+    return cases
+
+
+def _scan_for_answers(edition: Path, tmp_path: Path, *extras: Path) -> dict:
+    cases, out = tmp_path / "cases.pt", tmp_path / "found.json"
+    torch.save(_answer_cases(), cases)
+    env = {**os.environ, "PYTHONPATH": str(edition)}
+    ran = subprocess.run([sys.executable, str(COURSE_ROOT / "tests" / "answer_scan.py"), str(cases), str(out),
+                          *map(str, extras)], cwd=edition, env=env, capture_output=True, text=True, timeout=240)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_no_function_in_the_edition_checks_answers_an_exercise(edition, tmp_path):
+    """Every function defined in the edition's checks, pasted as an exercise
+    of its chapter, fails: the oracles that answer exercises are recorded,
+    not shipped. Functions that return the reference's answers to the
+    sample calls are graded for real; the others cannot pass."""
+    from conftest import replace_function
+
+    # A control: the reference's own causal_mask, under a check's kind of name.
+    reference = (COURSE_ROOT / "solutions" / "ch04_causal_attention.py").read_text(encoding="utf-8")
+    control = tmp_path / "control.py"
+    control.write_text("import torch\n\n\n" + _definition(reference, "causal_mask")
+                       .replace("def causal_mask(", "def _mask_oracle("), encoding="utf-8")
+    found = _scan_for_answers(edition, tmp_path, control)
+    assert found["scanned"] > 100
+    assert any(name.startswith("control.py:_mask_oracle") and exercise == "causal_mask"
+               for _, exercise, name, _ in found["answers"])
+    passing = []
+    for chapter_id, exercise, name, text in found["answers"]:
+        if name.startswith("control.py:"):
+            continue
+        chapter = find_chapter(chapter_id)
+        function = name.split(":")[1].split("@")[0]
+        pasted = text.replace(f"def {function}(", f"def {exercise}(", 1)
+        path = tmp_path / "pasted" / f"{chapter.module}.py"
+        path.parent.mkdir(exist_ok=True)
+        source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        path.write_text(replace_function(source, exercise, pasted), encoding="utf-8")
+        ran = _edition_grade(edition, "grade", str(path), "--json", "--seed", str(SEED))
+        (test,) = [test for test in json.loads(ran.stdout)["tests"] if test["name"].startswith(f"{chapter_id} {exercise}:")]
+        if test["score"] == test["max_score"]:
+            passing.append(f"{name} passes {exercise}")
+    assert not passing, passing
+
+
+def _definition(source: str, name: str) -> str:
+    from grader.known_bugs import function_span
+
+    start, end = function_span(source, name)
+    return source[start:end]
 
 
 # -- grading in the edition -----------------------------------------------------------------
