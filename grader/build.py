@@ -131,11 +131,28 @@ def edited_files(files: dict[Path, str]) -> list[Path]:
 
 def solution_notebooks(folder: Path, root: Path = COURSE_ROOT) -> dict[Path, str]:
     """The chapters' notebooks with the reference code filled in (for
-    instructors), to be written into ``folder``."""
+    instructors), to be written into ``folder``, with a copy of each file
+    their lessons link to (the figures) under ``folder``.
+
+    ``folder`` may be anywhere, or be moved: a link out of it, like the
+    ``../chapters/`` of ``exercises/``, would break. The copies keep their
+    place in the course (``chapters/01_self_attention/figures/x.svg``), so
+    two chapters' figures never collide. Copies rather than figures embedded
+    as cell attachments: every notebook viewer follows a relative link, not
+    every one shows an attached SVG, and the figures stay files to open.
+    """
     files = {}
+
+    def copy(target: Path) -> str:
+        if not target.is_relative_to(root):
+            raise ValueError(f"a lesson links to {target}, outside the course")
+        place = target.relative_to(root)
+        files[folder / place] = target.read_text(encoding="utf-8")  # SVG: text
+        return place.as_posix()
+
     for chapter in CHAPTERS:
         solution = (root / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
-        files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions")
+        files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions", copy)
     return files
 
 

@@ -20,25 +20,25 @@ from grader.catalog import UnknownChapter, chapter_for_file, find_chapter
 WORKER_VARIABLE = "MHA_COURSE_WORKER"  # as grader.worker sets it in workers
 
 
-def check(chapter: str | None = None, notebook: str | os.PathLike | None = None) -> int | None:
+def check(chapter: str | None = None, notebook: str | os.PathLike | None = None) -> None:
     """Grade the saved notebook of ``chapter`` (``"ch03"``) and print the table.
+
+    Returns nothing: the printed table is the answer, and a value returned
+    by the grading cell's last line would be shown under it as ``Out[n]:``.
+    ``mha-course grade`` gives an exit status to scripts.
 
     Args:
         chapter: the chapter id; None to take it from the notebook's name.
         notebook: the notebook's path, when it cannot be found on its own
             (it is looked up from the editor, then in the current folder).
-
-    Returns:
-        The grader's exit status (0: every exercise passed), or None when
-        nothing was graded.
     """
     if os.environ.get(WORKER_VARIABLE):
-        return None  # left in graded code: the grader is already running it
+        return  # left in graded code: the grader is already running it
     try:
         path = _find_notebook(chapter, notebook)
     except (FileNotFoundError, UnknownChapter) as error:
         print(f"check(): {error}")
-        return None
+        return
     saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
     print(f"Grading {path.name} as saved at {saved} (save the notebook first if you changed it).")
     environment = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": "100", "TERM": "xterm-256color"}
@@ -47,7 +47,6 @@ def check(chapter: str | None = None, notebook: str | os.PathLike | None = None)
     print(finished.stdout, end="")
     if finished.stderr.strip():
         print(finished.stderr, end="", file=sys.stderr)
-    return finished.returncode
 
 
 def _find_notebook(chapter: str | None, notebook: str | os.PathLike | None) -> Path:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from grader.catalog import Chapter
@@ -42,7 +44,8 @@ class NotebookError(ValueError):
 # -- writing ------------------------------------------------------------------
 
 
-def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exercises") -> str:
+def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exercises",
+                  link: Callable[[Path], str] | None = None) -> str:
     """The chapter's notebook as JSON text, the same bytes for the same sources.
 
     Args:
@@ -50,6 +53,9 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
         code: the chapter's module: the stub, or the solution.
         root: the course folder (lessons and extra cells are read from it).
         edition: "exercises" or "solutions", recorded in the metadata.
+        link: what the notebook links to for a file the lesson links to (a
+            figure), given that file's path; None for its path from
+            ``exercises/``, where the built notebooks live.
     """
     import nbformat  # here: grading a .py file need not import it
 
@@ -68,7 +74,9 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
             cell.metadata[METADATA_KEY] = {"exercise": exercise}
         cells.append(cell)
 
-    sections = lesson_sections((folder / "README.md").read_text(encoding="utf-8"), chapter)
+    if link is None:
+        link = partial(_relative_link, start=root / "exercises")
+    sections = lesson_sections((folder / "README.md").read_text(encoding="utf-8"), folder, link)
     add(nbformat.v4.new_markdown_cell(sections[0] + "\n\n" + _how_to(chapter)), LESSON)
     for section in sections[1:]:
         add(nbformat.v4.new_markdown_cell(section), LESSON)
@@ -108,9 +116,10 @@ def _how_to(chapter: Chapter) -> str:
             f"graded; your own extra cells are (keep them to definitions).")
 
 
-def lesson_sections(readme: str, chapter: Chapter) -> list[str]:
+def lesson_sections(readme: str, folder: Path, link: Callable[[Path], str]) -> list[str]:
     """The lesson split at its ``## `` headings (never inside a code block),
-    with relative links pointing from ``exercises/`` into the chapter's folder."""
+    each relative link replaced by ``link`` of the file it names (the lesson
+    sits in ``folder``)."""
     sections, current, fenced = [], [], False
     for line in readme.splitlines():
         if line.startswith("```"):
@@ -120,26 +129,21 @@ def lesson_sections(readme: str, chapter: Chapter) -> list[str]:
             current = []
         current.append(line)
     sections.append("\n".join(current).strip())
-    prefix = f"../chapters/{chapter.folder}/"
 
     def relink(match: re.Match) -> str:
         target = match.group(2)
         if re.match(r"[a-z]+:|#|/", target):
             return match.group(0)
-        return f"{match.group(1)}({_normalise(prefix + target)})"
+        path, hash_, fragment = target.partition("#")
+        # normpath, not resolve: the link names the file, not where a symlink leads
+        return f"{match.group(1)}({link(Path(os.path.normpath(folder / path)))}{hash_}{fragment})"
 
     return [re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", relink, section) for section in sections if section]
 
 
-def _normalise(path: str) -> str:
-    """``../chapters/02_x/../01_y/README.md`` -> ``../chapters/01_y/README.md``."""
-    parts: list[str] = []
-    for part in path.split("/"):
-        if part == ".." and parts and parts[-1] != "..":
-            parts.pop()
-        elif part != ".":
-            parts.append(part)
-    return "/".join(parts)
+def _relative_link(target: Path, start: Path) -> str:
+    """``../chapters/01_self_attention/figures/x.svg``: ``target`` from ``start``."""
+    return Path(os.path.relpath(target, start)).as_posix()
 
 
 def split_code(code: str, exercises: list[str]) -> tuple[str, dict[str, str]]:
@@ -188,7 +192,7 @@ class CellSpan:
 
     first_line: int  # its first line in the assembled code, from 1
     lines: int
-    label: str  # how the student finds it: "cell 14 (softmax)", "cells 14+15 (softmax)"
+    label: str  # how the student finds it: "code cell 7 (softmax)", "code cells 7+8 (softmax)"
 
 
 @dataclass
@@ -208,7 +212,7 @@ class NotebookCode:
     exercise_cells: dict[str, list[str]] = field(default_factory=dict)
 
     def where(self, line: int) -> str:
-        """``cell 14 (softmax), line 3`` for a line of ``source``."""
+        """``code cell 7 (softmax), line 3`` for a line of ``source``."""
         for cell in self.cells:
             if cell.first_line <= line < cell.first_line + cell.lines:
                 return f"{cell.label}, line {line - cell.first_line + 1}"
@@ -217,14 +221,38 @@ class NotebookCode:
 
 @dataclass
 class _Cell:
-    numbers: list[int]  # more than one when split cells were joined back
+    """A graded code cell. Jupyter numbers no cells (its ``[7]`` counts runs),
+    and a count that took in the lesson's markdown would match nothing on
+    screen: a cell is named by
+    its place among the code cells and by what the student sees in it, the
+    exercise's name (the heading just above it) or its first line."""
+
+    numbers: list[int]  # its place among the notebook's code cells; more than one when joined
     exercise: str | None
-    lines: list[str]
+    opening: str  # its first line, shortened: "def largest(x, dim): ..."
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def position(self) -> str:
+        """``code cell 7``, or ``code cells 7+8`` for cells joined back."""
+        return f"code cell{'s' * (len(self.numbers) > 1)} {'+'.join(map(str, self.numbers))}"
 
     @property
     def label(self) -> str:
-        name = f" ({self.exercise})" if self.exercise else ""
-        return f"cell{'s' * (len(self.numbers) > 1)} {'+'.join(map(str, self.numbers))}{name}"
+        """``code cell 7 (softmax)``, ``code cell 3 (import numpy ...)``."""
+        return f"{self.position} ({self.exercise or self.opening})"
+
+
+def _opening(source: str, width: int = 40) -> str:
+    """A cell's first line that is not blank, cut to ``width`` characters;
+    `` ...`` says more follows."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    if not lines:
+        return "empty"
+    first = lines[0]
+    if len(first) > width:
+        return first[: width - 4].rstrip() + " ..."
+    return first + " ..." * (len(lines) > 1)
 
 
 MAGIC = re.compile(r"^\s*([%!]|\w+\s*=\s*[%!])|^\s*[\w.]+\?\??\s*$")
@@ -270,9 +298,11 @@ def notebook_code(notebook: nbformat.NotebookNode) -> NotebookCode:
     """Assemble the graded cells of a parsed notebook into one module's code."""
     code = NotebookCode(source="")
     cells: list[_Cell] = []
-    for number, cell in enumerate(notebook.cells, start=1):
+    position = 0  # among the code cells: the lesson's markdown cells are not counted
+    for cell in notebook.cells:
         if cell.get("cell_type") != "code":
             continue
+        position += 1
         metadata = cell.get("metadata") or {}
         tags = set(metadata.get("tags") or ())
         if tags & NOT_GRADED:
@@ -282,11 +312,12 @@ def notebook_code(notebook: nbformat.NotebookNode) -> NotebookCode:
         source = cell.get("source") or ""
         if isinstance(source, list):
             source = "".join(source)
-        lines, notes = _python_only(source, number)
+        graded = _Cell([position], exercise if isinstance(exercise, str) else None, _opening(source))
+        graded.lines, notes = _python_only(source, graded.label)
         code.notes.extend(notes)
-        cells.append(_Cell([number], exercise if isinstance(exercise, str) else None, lines))
+        cells.append(graded)
         if EXERCISE in tags and isinstance(exercise, str):
-            code.exercise_cells[exercise] = _defined_names("\n".join(lines))
+            code.exercise_cells[exercise] = _defined_names("\n".join(graded.lines))
     lines: list[str] = []
     for cell in _join_split_cells(cells, code.notes):
         if lines:
@@ -319,8 +350,9 @@ def _join_split_cells(cells: list[_Cell], notes: list[str], reach: int = 3) -> l
                     if with_before:
                         joined.pop()
                     exercise = next((part.exercise for part in parts if part.exercise), None)
-                    cell = _Cell([n for part in parts for n in part.numbers], exercise, together)
-                    notes.append(f"{cell.label.split(' (')[0]} were graded as one cell: apart "
+                    cell = _Cell([n for part in parts for n in part.numbers], exercise,
+                                 parts[0].opening, together)
+                    notes.append(f"{cell.position} were graded as one cell: apart "
                                  "they are not valid Python (a cell split inside a function?)")
                     index = last
                     break
@@ -337,19 +369,20 @@ def _parses(lines: list[str]) -> bool:
     return True
 
 
-def _python_only(source: str, number: int) -> tuple[list[str], list[str]]:
-    """A cell's lines with IPython syntax blanked (line numbers kept), and notes."""
+def _python_only(source: str, label: str) -> tuple[list[str], list[str]]:
+    """A cell's lines with IPython syntax blanked (line numbers kept), and
+    notes that name the cell by ``label``."""
     lines = source.splitlines()
     first = lines[0].strip() if lines else ""
     if first.startswith("%%"):
         if first.split()[0] in CELL_MAGICS_OF_PYTHON:
             return ["", *lines[1:]], []
-        return [""] * len(lines), [f"cell {number}: skipped, it is a {first.split()[0]} cell, "
+        return [""] * len(lines), [f"{label}: skipped, it is a {first.split()[0]} cell, "
                                    "not Python"]
     notes = []
     for index, line in enumerate(lines):
         if MAGIC.match(line) and not line.lstrip().startswith("#"):
-            notes.append(f"cell {number}, line {index + 1}: skipped the IPython line "
+            notes.append(f"{label}, line {index + 1}: skipped the IPython line "
                          f"{line.strip()[:60]!r}; the grader runs plain Python")
             lines[index] = ""
     return lines, notes

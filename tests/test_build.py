@@ -1,7 +1,11 @@
 """The build writes the stubs and figures from the solutions, and they are committed as written."""
 
 import ast
+import json
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -119,6 +123,30 @@ def test_force_overwrites_an_edited_exercise_and_keeps_a_copy(course):
     assert copy.parent == work.parent and copy.name.startswith(work.name) and copy.suffix == ".bak"
     assert copy.read_text() == edits
     assert work in written and work.read_text() == generated_files(course, figures=False)[work]
+
+
+# -- notebooks for instructors ---------------------------------------------------
+
+
+def test_the_instructors_notebooks_link_figures_that_travel_with_them(tmp_path):
+    """``build --with-solutions DIR`` copies the figures into DIR: the notebooks'
+    links work from DIR, wherever DIR is, even moved out of the course."""
+    done = subprocess.run([sys.executable, "-m", "grader", "build", "--with-solutions", str(tmp_path / "made")],
+                          capture_output=True, text=True, cwd=COURSE_ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    folder = (tmp_path / "made").rename(tmp_path / "moved")
+    for chapter in CHAPTERS:
+        notebook = (folder / f"{chapter.module}.ipynb").read_text(encoding="utf-8")
+        lesson = "\n".join("".join(cell["source"]) for cell in json.loads(notebook)["cells"]
+                           if cell["cell_type"] == "markdown")
+        links = re.findall(r"\]\(([^)\s]+)\)", lesson)
+        local = [link for link in links if not re.match(r"[a-z]+:|#", link)]
+        assert any("/figures/" in link for link in local), chapter.id
+        for link in local:
+            assert not link.startswith(("/", "..")), link
+            copy = folder / link.split("#")[0]
+            assert copy.is_file(), f"{chapter.id} links to {link}, not in {folder.name}/"
+            assert copy.read_bytes() == (COURSE_ROOT / link.split("#")[0]).read_bytes()
 
 
 def test_without_a_record_every_exercise_that_would_change_counts_as_work(course):

@@ -15,6 +15,7 @@ from conftest import FAST, limits_for, result_of, statuses
 from grader.build import solution_notebooks
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.grading import grade
+from grader.loading import load_submission
 from grader.notebooks import EXERCISE, GRADE, NOT_GRADED, SETUP, TRY, notebook_code
 
 CH01 = find_chapter("ch01")
@@ -29,7 +30,8 @@ def tags(cell) -> set[str]:
 def solved(tmp_path_factory):
     """The solution-filled notebooks, written by the instructors' build."""
     folder = tmp_path_factory.mktemp("solved")
-    for path, text in solution_notebooks(folder).items():
+    for path, text in solution_notebooks(folder).items():  # the figures too, in folders
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return folder
 
@@ -41,6 +43,12 @@ def read(path) -> nbformat.NotebookNode:
 def exercise_cell(notebook, name: str) -> int:
     return next(i for i, cell in enumerate(notebook.cells)
                 if EXERCISE in tags(cell) and cell.metadata["mha_course"]["exercise"] == name)
+
+
+def code_cell_number(notebook, index: int) -> int:
+    """The place of ``notebook.cells[index]`` among the code cells, from 1: what a
+    student counts on screen, where the lesson's markdown cells are not code."""
+    return sum(cell.cell_type == "code" for cell in notebook.cells[: index + 1])
 
 
 def grade_notebook(notebook, tmp_path, chapter=CH01, seed=5):
@@ -70,13 +78,18 @@ def test_every_chapter_has_a_valid_notebook_with_tagged_cells(chapter):
             assert "raise NotImplementedError" in cell.source
 
 
-def test_lesson_figures_are_linked_from_the_exercises_folder():
-    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+def figure_links(notebook) -> list[str]:
     lesson = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
-    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", lesson)
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", lesson)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
+def test_lesson_figures_are_linked_from_the_exercises_folder(chapter):
+    notebook = read(COURSE_ROOT / "exercises" / f"{chapter.module}.ipynb")
+    figures = figure_links(notebook)
     assert figures
     for target in figures:
-        assert target.startswith("../chapters/01_self_attention/figures/")
+        assert target.startswith(f"../chapters/{chapter.folder}/figures/")
         assert (COURSE_ROOT / "exercises" / target).resolve().is_file()
 
 
@@ -156,7 +169,8 @@ def test_a_cell_split_inside_a_function_is_joined_back(solved, tmp_path):
     notebook.cells.insert(index + 1, second)
     report = grade_notebook(notebook, tmp_path)
     assert set(statuses(report).values()) == {"passed"}
-    assert any(f"cells {index + 1}+{index + 2} were graded as one cell" in note
+    number = code_cell_number(notebook, index)
+    assert any(note.startswith(f"code cells {number}+{number + 1} were graded as one cell")
                for note in report.notes["ch01"])
 
 
@@ -168,7 +182,7 @@ def test_a_syntax_error_names_the_cell_and_costs_its_exercise(solved, tmp_path):
     report = grade_notebook(notebook, tmp_path)
     result = result_of(report, "softmax_numpy")
     assert result.status == "failed"
-    assert f"cell {index + 1} (softmax_numpy), line " in result.reason
+    assert result.reason.startswith(f"code cell {code_cell_number(notebook, index)} (softmax_numpy), line ")
     assert statuses(report)["softmax"] == "passed"
 
 
@@ -186,8 +200,42 @@ def test_helper_cells_outputs_and_magics(solved, tmp_path):
     report = grade_notebook(notebook, tmp_path)
     assert set(statuses(report).values()) == {"passed"}
     notes = report.notes["ch01"]
-    assert any(f"cell {index + 1}, line 3: skipped the IPython line '%timeit" in note for note in notes)
+    assert any(note.startswith(f"code cell {code_cell_number(notebook, index)} (import numpy ...), line 3: "
+                               "skipped the IPython line '%timeit") for note in notes)
     assert any("'!pip install nothing'" in note for note in notes)
+
+
+def test_a_broken_cell_is_named_by_its_place_among_code_cells_and_its_first_line(tmp_path):
+    """Jupyter shows no cell numbers, and the lesson's markdown cells are not code: a
+    message names the code cell's place and what the student sees in it."""
+    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax")
+    helper = nbformat.v4.new_code_cell("\n# my own helper\ndef largest(x, dim:\n    return x.amax(dim)\n")
+    notebook.cells.insert(index, helper)
+    notebook.cells.insert(index, nbformat.v4.new_markdown_cell("My notes: a helper for softmax."))
+    index += 1
+    number = code_cell_number(notebook, index)
+    assert sum(cell.cell_type == "markdown" for cell in notebook.cells[:index]) > 1
+    assert number < index + 1  # the markdown cells before it are not counted
+    path = tmp_path / f"{CH01.module}.ipynb"
+    nbformat.write(notebook, path)
+    (problem,) = load_submission(path, CH01.module).problems
+    assert str(problem).startswith(f"code cell {number} (# my own helper ...), line 3: syntax error")
+    assert f"cell {index + 1}" not in str(problem)
+
+
+def test_a_refused_call_names_the_exercise_cell_among_code_cells(solved, tmp_path):
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax")
+    cell = notebook.cells[index]
+    cell.source = re.sub(r"# BEGIN SOLUTION\n(.*\n)*?\s*# END SOLUTION",
+                         "return torch.softmax(x, dim)", cell.source)
+    assert "return torch.softmax(x, dim)" in cell.source
+    line = cell.source.splitlines().index("    return torch.softmax(x, dim)") + 1
+    result = result_of(grade_notebook(notebook, tmp_path), "softmax")
+    assert result.status == "failed"
+    assert (f"softmax calls torch.softmax, which this exercise asks you to write yourself "
+            f"(code cell {code_cell_number(notebook, index)} (softmax), line {line})") in result.reason
 
 
 def test_a_check_call_left_in_a_graded_cell_does_not_grade_again(solved, tmp_path):
@@ -279,8 +327,10 @@ def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
 
 
 def grading_output(notebook) -> str:
+    """The grading cell's printed report; it shows nothing else, no ``Out[n]:``."""
     cell = notebook.cells[-1]
     assert GRADE in tags(cell)
+    assert [output.output_type for output in cell.outputs if output.output_type != "stream"] == []
     return ANSI.sub("", "".join(output.get("text", "") for output in cell.outputs))
 
 
@@ -295,6 +345,17 @@ def test_the_stub_notebook_runs_in_jupyter_and_grades_zero(tmp_path):
     path.write_text((COURSE_ROOT / "exercises" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
     notebook = execute(path, allow_errors=True)  # the try-it cells raise NotImplementedError
     assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
+    # check() returns nothing, so Jupyter shows no stray `Out[n]: 1` under the table.
+    assert not any(output.output_type == "execute_result" for output in notebook.cells[-1].outputs)
+
+
+def test_check_returns_nothing_for_jupyter_to_show(tmp_path, capsys):
+    from grader.notebook_check import check
+
+    path = tmp_path / f"{CH01.module}.ipynb"
+    path.write_text("", encoding="utf-8")  # graded in a second: every exercise fails
+    assert check("ch01", notebook=path) is None
+    assert "is empty: save the notebook" in capsys.readouterr().out
 
 
 def test_check_grades_the_saved_file_not_the_kernels_objects(solved, tmp_path):
