@@ -3,12 +3,10 @@
 SUBMISSIONS is a folder with one entry per student, and the student's id is
 the entry's name (without ``.zip``, ``.py`` or ``.ipynb``):
 
-* a folder laid out like ``exercises/`` (``ch01_self_attention.py`` and/or
-  ``.ipynb``; of the two, the one ``finding.best_file`` picks, as
-  ``mha-course grade`` and Gradescope do).
-  A file whose name holds ``chNN`` anywhere (``alice_ch01.py``) counts for
-  chapter NN when the chapter's own name is absent. A folder holding nothing
-  but one folder is that folder;
+* a folder holding the chapters' files (``ch01_self_attention.py`` and/or
+  ``.ipynb``, or a name holding ``chNN`` as a word, ``alice_ch01.ipynb``), at
+  its top or in folders below it: ``finding.find_chapters`` picks each
+  chapter's file, by the rule the Gradescope autograder follows;
 * a single ``.py`` file or ``.ipynb`` notebook, whose chapter is the ``chNN``
   in its name (``alice_ch01.py``);
 * a ``.zip`` of either, unpacked safely into a temporary folder.
@@ -20,9 +18,11 @@ chapters a student submitted are graded; the other chapters' exercises score
 of the batch.
 
 What a run writes into the out folder: ``grades.csv`` (a row per student),
-``results/STUDENT.json`` (Gradescope's ``results.json`` schema) and
-``batch-state.json`` (each student's content hash and row, so that a re-run
-grades only the submissions that changed).
+``results/STUDENT.json`` (Gradescope's ``results.json`` schema; its output
+names the file graded for each chapter and why that one) and
+``batch-state.json`` (each student's content hash, row and seed, so that a
+re-run grades only the submissions that changed, and says which seed the
+rows it kept were graded with).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import hmac
 import json
 import os
 import pickle
-import re
 import secrets
 import select
 import shutil
@@ -54,8 +53,9 @@ from rich.table import Table
 from rich.text import Text
 
 from grader import isolation, reaping
-from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter
-from grader.finding import best_file, chapter_file
+from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter, UnknownChapter
+from grader.finding import Found, chapter_in_name, find_chapters, submission_files
+from grader.gradescope import with_missing_chapters
 from grader.isolation import Limits
 
 # torch and the grading modules are imported inside the functions that grade,
@@ -65,16 +65,14 @@ from grader.isolation import Limits
 # hundred kilobytes, so anything far larger is a mistake or a zip bomb.
 MAX_UNPACKED_BYTES = 50 * 2**20
 MAX_ZIP_MEMBERS = 2000
-MAX_FOLDER_DEPTH = 3  # folders inside folders (``alice/hw1/exercises/``) looked through
 
 STATE_FILE = "batch-state.json"
 CSV_FILE = "grades.csv"
 RESULTS_FOLDER = "results"
-STATE_VERSION = 2
+STATE_VERSION = 3  # 3: each row keeps the seed it was graded with
 KEY_FILE = ".batch-key"  # the key of the state's MAC, readable by its owner only
 # Left out of the listing of SUBMISSIONS: what zip tools and file managers add.
 IGNORED_NAMES = {"__MACOSX", "Thumbs.db", "desktop.ini"}
-CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
 
 
 class Unusable(Exception):
@@ -112,6 +110,7 @@ class StudentGrade:
         bugs: ``(chapter id, exercise, bug name)`` of each catalog bug the
             student's answers matched.
         seconds: wall time of the grading.
+        seed: the seed of the random inputs it was graded with (None: not graded).
         results: the Gradescope ``results.json`` dict (not kept in the state file).
         results_digest: sha256 (hex) of the ``results/STUDENT.json`` written for
             it: a re-run keeps the row only while that file is unchanged.
@@ -124,6 +123,7 @@ class StudentGrade:
     note: str = ""
     bugs: list[tuple[str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    seed: int | None = None
     results: dict | None = None
     results_digest: str = ""
 
@@ -202,22 +202,22 @@ def _student_id(path: Path) -> str:
 def entry_digest(path: Path) -> tuple[str, int]:
     """sha256 (hex) and size in bytes of what an entry submits.
 
-    A file or zip: its bytes. A folder: the name and bytes of each file that
-    could be graded (``submission_files`` of the folder it stands for), so a
-    folder's other contents (data, checkpoints) neither count nor get read.
-    A file that cannot be read is hashed as such: grading will say why.
+    A file or zip: its bytes. A folder: the path and bytes of each file that
+    could be graded (``finding.submission_files``), so a folder's other
+    contents (data, checkpoints) neither count nor get read. A file that
+    cannot be read is hashed as such: grading will say why.
     """
     digest = hashlib.sha256()
     size = 0
     if path.is_dir():
-        folder = graded_folder(path)
-        files = sorted(submission_files(folder))
-        digest.update(f"folder {folder.relative_to(path).as_posix()}\n".encode())
+        files, _ = submission_files(path)
+        names = [file.relative_to(path).as_posix() for file in files]
     else:
         files = [path] if path.is_file() else []  # a pipe or a dangling link: never opened
+        names = [path.name]
         digest.update(f"{path.name}\n".encode())
-    for file in files:
-        digest.update(f"{file.name}\n".encode())
+    for file, name in zip(files, names):
+        digest.update(f"{name}\n".encode())
         try:
             with open(file, "rb") as stream:
                 for block in iter(lambda: stream.read(2**20), b""):
@@ -246,82 +246,17 @@ def grader_fingerprint(root: Path = COURSE_ROOT) -> str:
 # -- one student's files ---------------------------------------------------------------
 
 
-def chapter_in_name(name: str) -> Chapter | None:
-    """The chapter a file name gives with ``chNN`` (``alice_ch01.py``,
-    ``ch1_mine.ipynb``), or None when it names none.
-
-    Raises:
-        Unusable: the name gives a chapter number the course does not have.
-    """
-    match = CHAPTER_IN_NAME.search(name.lower())
-    if match is None:
-        return None
-    for chapter in CHAPTERS:
-        if chapter.number == int(match.group(1)):
-            return chapter
-    known = ", ".join(chapter.id for chapter in CHAPTERS)
-    raise Unusable(f"{name} names chapter {match.group(0)}, which the course does not have (known: {known})")
-
-
-def submission_files(folder: Path) -> list[Path]:
-    """The ``.py`` and ``.ipynb`` files directly in ``folder`` (not hidden)."""
-    try:
-        return [path for path in folder.iterdir()
-                if path.suffix in SUBMISSION_SUFFIXES and not path.name.startswith(".") and path.is_file()]
-    except OSError:  # a folder we may not list holds nothing we can grade
-        return []
-
-
-def graded_folder(folder: Path) -> Path:
-    """The folder that holds the exercises: ``folder`` itself, or, when it
-    holds no exercise file and just one folder, that folder (a zip of
-    ``alice/``, a repository's ``exercises/``), looked through a few levels."""
-    for _ in range(MAX_FOLDER_DEPTH):
-        if submission_files(folder):
-            return folder
-        try:
-            inside = [path for path in folder.iterdir()
-                      if not path.name.startswith(".") and path.name not in IGNORED_NAMES]
-        except OSError:
-            return folder
-        if len(inside) != 1 or not inside[0].is_dir() or inside[0].is_symlink():
-            return folder
-        folder = inside[0]
-    return folder
-
-
-def chapter_files(folder: Path) -> dict[str, Path]:
-    """``{chapter id: file}`` for a student's folder.
-
-    A chapter's own names (``ch01_self_attention.py`` or ``.ipynb``) come
-    first; failing those, a file with ``chNN`` in its name
-    (``alice_ch01.ipynb``). Of several, ``finding.best_file`` picks, as for
-    ``mha-course grade`` and Gradescope: the most written, then the one
-    saved last.
+def chapters_of(folder: Path) -> Found:
+    """The file to grade for each chapter of a student's folder, and why, as
+    ``finding.find_chapters`` picks them (the Gradescope autograder's rule).
 
     Raises:
         Unusable: no file names a chapter (the reason lists what is there).
     """
-    named: dict[str, list[Path]] = {}  # chapter id -> files with its chNN in their name
-    unnamed: list[str] = []
-    for path in submission_files(folder):
-        try:
-            chapter = chapter_in_name(path.name)
-        except Unusable:  # ch09 in a five-chapter course: named, but for nothing
-            chapter = None
-        if chapter is None:
-            unnamed.append(path.name)
-        else:
-            named.setdefault(chapter.id, []).append(path)
-    chosen = {}
-    for chapter in CHAPTERS:
-        others = named.get(chapter.id, [])
-        path = chapter_file(chapter, folder) or (best_file(others)[0] if others else None)
-        if path is not None:
-            chosen[chapter.id] = path
-    if not chosen:
-        raise Unusable(_nothing_to_grade(folder, unnamed))
-    return chosen
+    found = find_chapters(folder)
+    if not found.chosen:
+        raise Unusable(_nothing_to_grade(folder, found.unnamed))
+    return found
 
 
 def _nothing_to_grade(folder: Path, unnamed: list[str]) -> str:
@@ -414,21 +349,28 @@ def _keep_time(path: Path, info: zipfile.ZipInfo) -> None:
         pass
 
 
-def submission_targets(entry: Path, scratch: Path) -> list[tuple[Chapter, Path]]:
-    """``(chapter, file)`` pairs to grade for one entry, in chapter order;
-    a zip is unpacked into ``scratch`` (an empty folder) first.
+def submission_targets(entry: Path, scratch: Path) -> tuple[list[tuple[Chapter, Path]], Found]:
+    """``(chapter, file)`` pairs to grade for one entry, in chapter order, and
+    what was found, as the student named it (``Found.sources``: each file
+    graded and why that one); a zip is unpacked into ``scratch`` (an empty
+    folder) first.
 
     Raises:
         Unusable: nothing in the entry can be graded; the message says why.
     """
-    if entry.is_dir():
-        return _by_chapter(chapter_files(graded_folder(entry)))
     suffix = entry.suffix.lower()
-    if suffix == ".zip":
+    if entry.is_dir():
+        found = chapters_of(entry)
+        files = found.chosen
+    elif suffix == ".zip":
         extract_zip(entry, scratch)
-        return _by_chapter(chapter_files(graded_folder(scratch)))
-    if suffix in SUBMISSION_SUFFIXES:
-        chapter = chapter_in_name(entry.name)
+        found = chapters_of(scratch)
+        files = found.chosen
+    elif suffix in SUBMISSION_SUFFIXES:
+        try:
+            chapter = chapter_in_name(entry.name)
+        except UnknownChapter as error:
+            raise Unusable(str(error)) from None
         if chapter is None:
             raise Unusable(f"cannot tell which chapter {entry.name} is for: put chNN in its name "
                            f"(like {entry.stem}_ch01{suffix})")
@@ -436,12 +378,11 @@ def submission_targets(entry: Path, scratch: Path) -> list[tuple[Chapter, Path]]
         # class's. (And ALICE_CH01.PY: the loader tells notebooks by ".ipynb".)
         copy = scratch / f"{entry.stem}{suffix}"
         shutil.copy2(entry, copy)
-        return [(chapter, copy)]
-    raise Unusable(f"{entry.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
-
-
-def _by_chapter(files: dict[str, Path]) -> list[tuple[Chapter, Path]]:
-    return [(chapter, files[chapter.id]) for chapter in CHAPTERS if chapter.id in files]
+        found = Found(entry.parent, chosen={chapter.id: entry}, why={chapter.id: ""})
+        files = {chapter.id: copy}
+    else:
+        raise Unusable(f"{entry.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
+    return [(chapter, files[chapter.id]) for chapter in CHAPTERS if chapter.id in files], found
 
 
 # -- grading one student (in a pool worker) -----------------------------------------
@@ -474,25 +415,25 @@ def grade_student(entry: Entry, options: GradingOptions) -> StudentGrade:
 
 
 def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> StudentGrade:
-    from grader.grading import GradeReport, GraderError, grade
+    from grader.grading import GraderError, grade
     from grader.loading import SubmissionError, load_submission
     from grader.report import results_json
     from grader.sandbox import Limits
 
     try:
-        targets = submission_targets(entry.path, scratch)
+        targets, found = submission_targets(entry.path, scratch)
     except Unusable as error:
         return _ungraded(entry, str(error))
     # A file the loader cannot read (not UTF-8, a notebook that is not JSON)
     # is left out with its reason; the student's other chapters are graded.
-    readable, problems = [], []
+    readable, problems = [], {}
     for chapter, path in targets:
         try:
             load_submission(path, chapter.module)
             readable.append((chapter, path))
         except SubmissionError as error:
-            problems.append(f"{chapter.id} not graded: {error}")
-    note = "; ".join(problems)
+            problems[chapter.id] = f"{chapter.id} not graded: {error}"
+    note = "; ".join(problems.values())
     if not readable:
         return _ungraded(entry, note)
     limits = Limits.per_check(options.check_seconds)
@@ -501,42 +442,36 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
     except GraderError as error:
         return _ungraded(entry, f"the checks could not run: {str(error).splitlines()[0]}")
     graded = [chapter.id for chapter, _ in readable]
-    full = GradeReport(_with_missing(report.exercises, problems), dict(report.notes),
-                       report.seconds, report.seed, report.device)
-    if note:
-        full.notes["submission"] = problems
-    scores = {exercise_key(result.chapter, result.exercise.name): result.score for result in full.exercises}
-    return StudentGrade(entry.student, entry.digest, scores, graded, note, known_bugs_in(full),
-                        results=results_json(full))
+    sources = found.sources()
+    report.sources = {chapter_id: sources[chapter_id] for chapter_id in graded}  # as `grade` shows them
+    if problems:
+        report.notes["submission"] = list(problems.values())
+    scores = dict.fromkeys(EXERCISE_KEYS, 0)  # a chapter not graded scores 0
+    scores.update({exercise_key(result.chapter, result.exercise.name): result.score
+                   for result in report.exercises})
+    files = {chapter_id: found.shown(found.chosen[chapter_id]) for chapter_id in graded}
+    return StudentGrade(entry.student, entry.digest, scores, graded, note, known_bugs_in(report),
+                        seed=report.seed, results=_results(results_json(report), problems, report.seed, files))
 
 
-def _with_missing(results: list, problems: list[str], ungraded: str = "") -> list:
-    """Every exercise of the course: the graded ones as they are, the others
-    "missing" with 0 points, so a results.json's max_score is the course's.
-    Their reason: the chapter's problem (``"ch02 not graded: ..."``), else
-    ``ungraded`` (why nothing was), else that the chapter was not submitted."""
-    from grader.grading import ExerciseResult
-
-    by_key = {(result.chapter.id, result.exercise.name): result for result in results}
-    complete = []
-    for chapter in CHAPTERS:
-        reason = next((problem for problem in problems if problem.startswith(f"{chapter.id} ")),
-                      f"not graded: {ungraded}" if ungraded
-                      else f"{chapter.id} not submitted (no {chapter.module}.py or .ipynb)")
-        for exercise in chapter.exercises:
-            complete.append(by_key.get((chapter.id, exercise.name))
-                            or ExerciseResult(chapter, exercise, "missing", reason, []))
-    return complete
+def _results(graded: dict, reasons: dict[str, str], seed: int | None, files: dict[str, str]) -> dict:
+    """A student's results JSON, as the Gradescope autograder writes one:
+    ``graded`` (``report.results_json`` of the chapters graded, whose output
+    names each file and why that one) with every other exercise of the
+    course at 0 points, saying why (``reasons`` by chapter id, else that
+    the chapter has no file), and ``extra_data``: the seed and, by chapter
+    id, the file graded."""
+    results = with_missing_chapters(graded, CHAPTERS, reasons)
+    results["extra_data"] = {"seed": seed, "files": files}
+    return results
 
 
 def _ungraded(entry: Entry, reason: str) -> StudentGrade:
     """The row of a submission that could not be graded: 0 points, the reason."""
-    from grader.grading import GradeReport
-    from grader.report import results_json
-
-    report = GradeReport(_with_missing([], [], reason), {"submission": [reason]})
+    graded = {"output": f"submission: {reason}", "execution_time": 0.0, "tests": []}
+    reasons = {chapter.id: f"not graded: {reason}" for chapter in CHAPTERS}
     return StudentGrade(entry.student, entry.digest, dict.fromkeys(EXERCISE_KEYS, 0), [], reason,
-                        results=results_json(report))
+                        results=_results(graded, reasons, None, {}))
 
 
 def known_bugs_in(report) -> list[tuple[str, str, str]]:
@@ -863,7 +798,21 @@ def print_summary(result: BatchResult, console: Console, top_bugs: int = 10) -> 
                        f"{len(unusable)} with a note", style="bold"))
     console.print(Text(f"class mean {mean:.1f} / {COURSE_POINTS} points", style="bold"))
     console.print(Text(f"wrote {result.out / CSV_FILE} and {result.out / RESULTS_FOLDER}/STUDENT.json "
-                       f"(seed {result.seed})", style="dim"))
+                       f"({seeds_used(result)})", style="dim"))
+
+
+def seeds_used(result: BatchResult) -> str:
+    """The seed(s) the class's rows were graded with, for the summary: this
+    run's seed names only the rows graded now, and a re-run that graded
+    nobody again printing it would pass off the kept rows as graded with it."""
+    kept = sorted({row.seed for row in result.grades
+                   if row.student not in result.graded_now and row.seed is not None})
+    kept_seeds = f"seed{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}"
+    if not result.graded_now:
+        return f"nothing graded again: results kept, graded with {kept_seeds}" if kept else "nothing graded"
+    if not kept or kept == [result.seed]:
+        return f"seed {result.seed}"
+    return f"seed {result.seed}; the results kept were graded with {kept_seeds}"
 
 
 def _print_bugs(rows: list[StudentGrade], console: Console, top: int) -> None:

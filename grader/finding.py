@@ -6,15 +6,24 @@ untouched ``.py``, and Jupyter's autosave makes an untouched notebook the
 newer file. So the file with the fewest exercises left to write (``raise
 NotImplementedError``) wins, then the one saved last; the report says which
 was graded and why.
+
+``grade`` looks for a chapter's own names in one folder (``chapter_choice``).
+A submission (a student's folder in ``batch``, Gradescope's
+``submission/``) may nest its files in folders and name them its own way
+(``alice_ch01.ipynb``): ``find_chapters`` walks it, with one depth limit and
+one naming rule, and picks each chapter's file with ``best_file``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.catalog import SUBMISSION_SUFFIXES, Chapter
+from grader.catalog import CHAPTERS, SUBMISSION_SUFFIXES, Chapter, UnknownChapter
 
 # A statement, at the start of its line: a docstring that says "the lines
 # that raise NotImplementedError" is no exercise left to write.
@@ -65,3 +74,128 @@ def chapter_file(chapter: Chapter, directory: Path) -> Path | None:
     """The chapter's file in ``directory``, as ``chapter_choice`` picks it."""
     choice = chapter_choice(chapter, directory)
     return choice[0] if choice else None
+
+
+# -- a submission folder: which file is each chapter's -----------------------------
+
+MAX_FOLDER_DEPTH = 3  # folders inside folders looked through: ``alice/hw1/exercises/``
+# Folders that hold no work: macOS zip metadata, Python's caches. Hidden
+# folders (``.git``, ``.ipynb_checkpoints``, whose ``-checkpoint`` copies
+# would otherwise count as chapter files) are skipped too.
+IGNORED_FOLDERS = {"__MACOSX", "__pycache__"}
+CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
+
+
+def chapter_in_name(name: str) -> Chapter | None:
+    """The chapter a file name gives with ``chNN`` as a word of it
+    (``ch01_self_attention.py``, ``alice_ch01.ipynb``, ``Bob-CH3.py``), or
+    None when it names none (``rich01.py``, ``attention.py``).
+
+    Raises:
+        UnknownChapter: the name gives a number the course has no chapter for.
+    """
+    match = CHAPTER_IN_NAME.search(name.lower())
+    if match is None:
+        return None
+    for chapter in CHAPTERS:
+        if chapter.number == int(match.group(1)):
+            return chapter
+    known = ", ".join(chapter.id for chapter in CHAPTERS)
+    raise UnknownChapter(f"{name} names chapter {match.group(0)}, which the course does not have "
+                         f"(known: {known})")
+
+
+def submission_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The files of ``folder`` that could be graded (``.py``, ``.ipynb``), in
+    it or in its folders down to ``MAX_FOLDER_DEPTH``, sorted; and, apart,
+    the links and special files found with those names.
+
+    Hidden names and ``IGNORED_FOLDERS`` are skipped. Links are never
+    followed nor graded: a link to the reference solution is not the
+    student's work, and a FIFO would hang the read.
+    """
+    files, refused = [], []
+    for directory, folders, names in os.walk(folder):  # os.walk does not enter linked folders
+        depth = len(Path(directory).relative_to(folder).parts)
+        folders[:] = [name for name in folders if depth < MAX_FOLDER_DEPTH
+                      and name not in IGNORED_FOLDERS and not name.startswith(".")]
+        for name in names:
+            path = Path(directory) / name
+            if name.startswith(".") or path.suffix not in SUBMISSION_SUFFIXES:
+                continue  # also macOS's "._name" companions
+            if path.is_symlink() or not path.is_file():
+                refused.append(path)
+            else:
+                files.append(path)
+    return sorted(files), sorted(refused)
+
+
+@dataclass
+class Found:
+    """What a submission folder holds for grading.
+
+    Attributes:
+        folder: the submission folder; files are shown relative to it.
+        chosen: by chapter id, the file to grade.
+        why: by chapter id, why that file of several ("" when it was the only one).
+        unnamed: files (shown) whose name gives no chapter of the course.
+        ignored: one line per file left out: the file, then why.
+    """
+
+    folder: Path = Path(".")
+    chosen: dict[str, Path] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
+    unnamed: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def shown(self, path: Path) -> str:
+        """A file as the student knows it: its path inside the submission."""
+        return path.relative_to(self.folder).as_posix()
+
+    def sources(self) -> dict[str, str]:
+        """``GradeReport.sources``: by chapter id, the file graded and why."""
+        sources = {}
+        for chapter_id, path in self.chosen.items():
+            why = self.why.get(chapter_id, "")
+            sources[chapter_id] = self.shown(path) + (f" ({why})" if why else "")
+        return sources
+
+
+def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found:
+    """The file to grade for each of ``chapters`` in a submission folder:
+    the rule of ``mha-course batch`` and of the Gradescope autograder.
+
+    A file named like the exercise (``ch01_self_attention.py`` or
+    ``.ipynb``, any case), at the top or in a folder below, counts first;
+    failing that, one whose name holds ``chNN`` as a word
+    (``alice_ch01.ipynb``). Of several, ``best_file`` picks (the most
+    written, then the one saved last); the others are listed as ignored.
+    """
+    found = Found(folder)
+    files, refused = submission_files(folder)
+    found.ignored += [f"{found.shown(path)}: {'a link' if path.is_symlink() else 'not a regular file'}, "
+                      "not a file to grade" for path in refused]
+    by_chapter: dict[str, list[Path]] = {}
+    for path in files:
+        try:
+            chapter = chapter_in_name(path.name)
+        except UnknownChapter:  # ch09 in an eight-chapter course: named, but for nothing
+            chapter = None
+        if chapter is None:
+            found.unnamed.append(found.shown(path))
+            found.ignored.append(f"{found.shown(path)}: its name names no chapter "
+                                 f"(expected names like {CHAPTERS[0].module}{path.suffix})")
+        elif chapter not in chapters:
+            found.ignored.append(f"{found.shown(path)}: {chapter.id} is not graded in this assignment")
+        else:
+            by_chapter.setdefault(chapter.id, []).append(path)
+    for chapter in chapters:
+        pool = by_chapter.get(chapter.id, [])
+        if not pool:
+            continue
+        exact = [path for path in pool if path.stem.lower() == chapter.module]
+        found.chosen[chapter.id], found.why[chapter.id] = best_file(exact or pool)
+        found.ignored += [f"{found.shown(path)}: {chapter.id} was graded from "
+                          f"{found.shown(found.chosen[chapter.id])}"
+                          for path in pool if path != found.chosen[chapter.id]]
+    return found

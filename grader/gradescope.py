@@ -18,10 +18,12 @@ exercises, notebooks and the project's tests are left out: grading reads
 none of them (a submitted notebook is read with nbformat alone).
 
 ``main`` (``python -m grader.gradescope ROOT``) is what ``run_autograder``
-calls. It finds the chapter files in ``ROOT/submission``, grades them, and
-writes ``ROOT/results/results.json``, always: an empty or unreadable
-submission still gets a results.json that says what was expected. The
-submission's code cannot forge it:
+calls. It finds the chapter files in ``ROOT/submission`` (``finding.find_chapters``,
+the rule ``mha-course batch`` follows too), grades them, and writes
+``ROOT/results/results.json``, always: an empty or unreadable submission
+still gets a results.json that says what was expected, and its output names
+the file graded for each chapter and why that one. The submission's code
+cannot forge it:
 
 - student code runs only in workers forked from this process; this process
   writes results.json last, after every worker has stopped, replacing
@@ -36,6 +38,13 @@ submission's code cannot forge it:
   signal this process;
 - if this process dies anyway, ``run_autograder`` replaces results.json
   with a score of 0 that says so.
+
+Run outside Gradescope (``AUTOGRADER_ROOT=folder bash folder/source/run_autograder``),
+the bundle needs what ``setup.sh`` installs: run setup.sh first (as root; it
+makes the virtual environment in ``VENV``), or point ``MHA_COURSE_PYTHON`` at
+a Python where the course is installed. Without either, ``run_autograder``
+falls back to ``python3``, and when that lacks torch results.json says so in
+one line (score 0), not with a traceback.
 """
 
 from __future__ import annotations
@@ -53,20 +62,12 @@ import tempfile
 import time
 import traceback
 import zipfile
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 from grader import reaping
-from grader.catalog import (
-    CHAPTERS,
-    COURSE_ROOT,
-    SUBMISSION_SUFFIXES,
-    Chapter,
-    UnknownChapter,
-    chapter_for_file,
-    find_chapter,
-)
-from grader.finding import best_file
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
+from grader.finding import Found, find_chapters
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
 STUDENT_USER = "mha-student"  # the account setup.sh creates for student code
@@ -129,6 +130,11 @@ RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 #                            setup.sh made, else python3 on PATH)
 #   MHA_COURSE_VENV          where setup.sh made it (@VENV@)
 #   MHA_COURSE_STUDENT_USER  the account student code runs as (@STUDENT_USER@)
+#
+# To run it outside Gradescope, run setup.sh first (as root: it makes the
+# venv), or set MHA_COURSE_PYTHON to a Python where the course is installed
+# (pip install -e source/). Without either, the python3 on PATH grades, and
+# when it lacks torch, results.json says so (score 0) instead of grading.
 set -u
 
 root="${AUTOGRADER_ROOT:-/autograder}"
@@ -161,7 +167,11 @@ if [ "$status" -ne 0 ]; then
     echo "mha-course: the grader stopped (exit status $status); writing a score of 0" >&2
     rm -rf "$results/results.json"
     mkdir -p "$results"
-    message="The autograder stopped before it could grade this submission (exit status $status)."
+    if [ -z "$python" ]; then
+        message="The autograder found no Python to grade with: run setup.sh first (it installs the grader)."
+    else
+        message="The autograder stopped before it could grade this submission (exit status $status)."
+    fi
     message="$message This is not a verdict on your code: please tell your instructor."
     printf '{"score": 0, "stdout_visibility": "hidden", "tests": [], "output": "%s"}\n' "$message" \
         > "$results/results.json"
@@ -262,79 +272,6 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
     return sorted(entries)
 
 
-# -- finding the submitted files ----------------------------------------------------
-
-# Folders a submission may carry that hold no work: macOS zip metadata,
-# Python and Jupyter caches, hidden folders (.git, .ipynb_checkpoints).
-IGNORED_FOLDERS = {"__MACOSX", "__pycache__"}
-MAX_DEPTH = 4  # a zip of a folder of a folder is common; deeper is not a submission
-
-
-@dataclass
-class Found:
-    """What a submission folder holds: one file per chapter, and what was left out."""
-
-    folder: Path = Path(".")
-    chosen: dict[str, Path] = field(default_factory=dict)  # chapter id -> file
-    ignored: list[str] = field(default_factory=list)  # one line each: file and why
-
-    def shown(self, path: Path) -> str:
-        """A file as the student knows it: its path inside the submission."""
-        return path.relative_to(self.folder).as_posix()
-
-
-def find_submission(folder: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAPTERS) -> Found:
-    """The file to grade for each chapter found in ``folder``.
-
-    A file named exactly like the exercise (``ch01_self_attention.py`` or
-    ``.ipynb``), anywhere in the folder, counts first; failing that, one
-    whose name starts with the chapter (``ch01.py``, ``ch01_mine.ipynb``).
-    Of several, ``finding.best_file`` picks: the fewest ``raise
-    NotImplementedError`` left (a student who worked in the notebook often
-    uploads the untouched ``.py`` too), then the one saved last. Links are never followed: a link
-    to the reference solution must not be graded as the student's work.
-    """
-    candidates: list[Path] = []
-    found = Found(folder)
-    for directory, folders, files in os.walk(folder):
-        depth = len(Path(directory).relative_to(folder).parts)
-        folders[:] = sorted(name for name in folders if depth + 1 < MAX_DEPTH
-                            and name not in IGNORED_FOLDERS and not name.startswith("."))
-        for name in sorted(files):
-            path = Path(directory) / name
-            if name.startswith(".") or path.suffix not in SUBMISSION_SUFFIXES:
-                continue  # also macOS's "._name" companions
-            if path.is_symlink() or not path.is_file():  # a FIFO would hang the read
-                what = "a link" if path.is_symlink() else "not a regular file"
-                found.ignored.append(f"{found.shown(path)}: {what}, not a file to grade")
-                continue
-            candidates.append(path)
-    by_chapter: dict[str, list[Path]] = {}
-    for path in candidates:
-        try:
-            chapter = chapter_for_file(path)
-        except UnknownChapter:
-            found.ignored.append(f"{found.shown(path)}: its name names no chapter "
-                                 f"(expected names like {CHAPTERS[0].module}{path.suffix})")
-            continue
-        if chapter not in chapters:
-            found.ignored.append(f"{found.shown(path)}: {chapter.id} is not graded in this assignment")
-            continue
-        by_chapter.setdefault(chapter.id, []).append(path)
-    for chapter in chapters:
-        pool = by_chapter.get(chapter.id, [])
-        exact = [path for path in pool if path.stem.lower() == chapter.module]
-        if not pool:
-            continue
-        best, _ = best_file(exact or pool)
-        found.chosen[chapter.id] = best
-        for path in pool:
-            if path != best:
-                found.ignored.append(f"{found.shown(path)}: {chapter.id} was graded from "
-                                     f"{found.shown(best)}")
-    return found
-
-
 # -- keeping student code in its place ------------------------------------------------
 
 
@@ -411,50 +348,61 @@ def expected_files(chapters) -> str:
     names = ", ".join(f"{chapter.module}.py" for chapter in chapters)
     return (f"Expected one file per chapter, named like the course's exercises: {names} "
             "(or the same names ending in .ipynb, for notebooks), at the top of the "
-            "submission or in one folder of it; a zip of them works too.")
+            "submission or in a folder of it; a zip of them works too.")
+
+
+def missing_reason(chapter: Chapter) -> str:
+    """Why a chapter's exercises score 0 when the submission has no file for it."""
+    return (f"no file for {chapter.id} in the submission "
+            f"(expected {chapter.module}.py or {chapter.module}.ipynb)")
+
+
+def with_missing_chapters(results: dict, chapters: Sequence[Chapter],
+                          reasons: dict[str, str] | None = None) -> dict:
+    """``results`` (a results.json of the chapters graded, as
+    ``report.results_json`` writes it) with a test for every exercise of
+    ``chapters``: each one it lacks at 0 points, whose output is its
+    chapter's reason in ``reasons`` (by chapter id; by default
+    ``missing_reason``). ``score`` and ``max_score`` are summed over all, so
+    the maximum is the assignment's whatever was submitted.
+
+    The one place where missing chapters become 0-point tests, for the
+    Gradescope autograder and for ``mha-course batch`` alike. It needs
+    neither torch nor the grader: a submission with nothing to grade gets
+    its answer even where those fail to load.
+    """
+    reasons = reasons or {}
+    graded = {test["name"]: test for test in results.get("tests", [])}
+    tests = []
+    for chapter in chapters:
+        reason = reasons.get(chapter.id) or missing_reason(chapter)
+        for exercise in chapter.exercises:
+            name = f"{chapter.id} {exercise.name}: {exercise.summary}"  # as results_json names it
+            tests.append(graded.get(name) or {"name": name, "score": 0, "max_score": exercise.points,
+                                              "status": "failed", "output": reason, "visibility": "visible"})
+    return {**results, "score": sum(test["score"] for test in tests),
+            "max_score": sum(test["max_score"] for test in tests), "tests": tests}
 
 
 def _results(found: Found, chapters, report, visibility: str, seed: int, seconds: float) -> dict:
     """Gradescope's results.json: every exercise of the assignment's chapters,
     the ones with no file at 0 points saying so, and an ``output`` on top
-    that says what was graded from which file.
+    that says which file was graded for each chapter and why.
 
     Graded exercises are reported as ``mha-course grade --json`` reports
-    them; the rest needs neither torch nor the grader, so a submission with
-    nothing to grade gets its answer even where those fail to load.
+    them (``report.sources`` naming the files); the rest needs neither
+    torch nor the grader (``with_missing_chapters``).
     """
-    graded: dict[tuple[str, str], dict] = {}
-    grader_output = ""
+    graded = {"tests": []}
     if report is not None:
         from grader.report import results_json
 
-        as_json = results_json(report)
-        grader_output = as_json["output"]
-        for result, test in zip(report.exercises, as_json["tests"]):
-            graded[result.chapter.id, result.exercise.name] = test
-    tests = []
-    for chapter in chapters:
-        reason = (f"no file for {chapter.id} in the submission "
-                  f"(expected {chapter.module}.py or {chapter.module}.ipynb)")
-        for exercise in chapter.exercises:
-            tests.append(graded.get((chapter.id, exercise.name)) or {
-                "name": f"{chapter.id} {exercise.name}: {exercise.summary}",  # as results_json names it
-                "score": 0,
-                "max_score": exercise.points,
-                "status": "failed",
-                "output": reason,
-            })
-    results = {
-        "score": sum(test["score"] for test in tests),
-        "max_score": sum(test["max_score"] for test in tests),
-        "execution_time": round(seconds, 3),
-        "output": "",
-        "tests": tests,
-    }
+        graded = results_json(report)
+    results = with_missing_chapters(graded, chapters)
     lines = []
+    if graded.get("output"):  # "ch01: graded FILE (why)", then the notes of grading
+        lines.append(graded["output"])
     if found.chosen:
-        lines += [f"Graded {chapter.id} from {found.shown(found.chosen[chapter.id])}."
-                  for chapter in chapters if chapter.id in found.chosen]
         missing = [chapter.id for chapter in chapters if chapter.id not in found.chosen]
         if missing:
             lines.append(f"No file for {', '.join(missing)}: those exercises score 0.")
@@ -462,10 +410,9 @@ def _results(found: Found, chapters, report, visibility: str, seed: int, seconds
         lines.append("No exercise file was found in the submission, so nothing was graded.")
         lines.append(expected_files(chapters))
     lines += [f"Ignored {line}." for line in found.ignored]
-    if grader_output:  # the notes of grading (skipped IPython lines, ...)
-        lines.append(grader_output)
     lines.append(f"Random inputs: seed {seed}.")
     results["output"] = "\n".join(lines)
+    results["execution_time"] = round(seconds, 3)
     # The grader's log on stdout is for instructors (Gradescope keeps it in
     # results/stdout); students read the output fields above.
     results["stdout_visibility"] = "hidden"
@@ -486,7 +433,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
     started = time.perf_counter()
     seed = secrets.randbelow(2**31)
     submission, results_path = root / "submission", root / "results" / "results.json"
-    found = find_submission(submission, chapters) if submission.is_dir() else Found()
+    found = find_chapters(submission, chapters) if submission.is_dir() else Found()
     report = None
     if found.chosen:
         # Everything the verdict needs is imported before any student code
@@ -518,6 +465,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
             log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
             limits = Limits.per_check(timeout)
             report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
+            report.sources = found.sources()  # named as the student knows them, not as copied
         finally:
             stopped = reaping.stop_descendants()
             if stopped:
@@ -531,14 +479,19 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
 
 
 def _failure_results(error: BaseException) -> dict:
-    return {
-        "score": 0,
-        "output": ("The autograder failed while grading this submission "
-                   f"({type(error).__name__}). This is not a verdict on your code: "
-                   "please tell your instructor, who has the details."),
-        "stdout_visibility": "hidden",
-        "tests": [],
-    }
+    """The results.json when grading raised. A module missing means the
+    bundle runs where setup.sh did not (a local try of run_autograder): one
+    line says what is missing and how to run it, as no traceback would."""
+    if isinstance(error, ModuleNotFoundError):
+        output = (f"The autograder cannot grade here: its Python ({sys.executable}) lacks "
+                  f"{error.name or 'a module it needs'}, which setup.sh installs. Run setup.sh first "
+                  f"(as root; it makes {VENV}), or set MHA_COURSE_PYTHON to a Python where the course "
+                  "is installed. This is not a verdict on your code.")
+    else:
+        output = ("The autograder failed while grading this submission "
+                  f"({type(error).__name__}). This is not a verdict on your code: "
+                  "please tell your instructor, who has the details.")
+    return {"score": 0, "output": output, "stdout_visibility": "hidden", "tests": []}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -563,10 +516,14 @@ def main(argv: list[str] | None = None) -> int:
         results = grade_submission(args.root, chapters, args.visibility, args.timeout,
                                    args.student_user, log=lambda line: print(line, flush=True))
     except BaseException as error:  # noqa: BLE001 - Gradescope must get a results.json
-        traceback.print_exc()
+        results = _failure_results(error)
+        if isinstance(error, ModuleNotFoundError):  # not installed here: what to do, not a traceback
+            print(results["output"], flush=True)
+        else:
+            traceback.print_exc()
         reaping.stop_descendants()
         try:
-            write_results(results_path, _failure_results(error))
+            write_results(results_path, results)
         except OSError:
             traceback.print_exc()
             return 1

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grader import batch
-from grader.batch import Unusable, chapter_in_name, extract_zip, graded_folder, list_entries
+from grader.batch import Unusable, extract_zip, list_entries
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.notebooks import notebook_text
@@ -215,6 +215,36 @@ def test_each_student_has_a_gradescope_results_json(graded_class):
     assert "the submission is empty" in pat["output"]
 
 
+def test_each_results_json_names_the_file_graded_and_why(graded_class):
+    _, _, out, _ = graded_class
+
+    def results(student: str) -> dict:
+        return json.loads((out / "results" / f"{student}.json").read_text(encoding="utf-8"))
+
+    # ned worked in the notebook; the untouched .py saved after it is not graded.
+    assert f"ch01: graded {NB} (it has more written than {PY})" in results("ned")["output"]
+    assert results("ned")["extra_data"] == {"seed": 11, "files": {"ch01": NB}}
+    assert f"ch01: graded {NB} (it has more written than {PY})" in results("max")["output"]
+    assert f"ch01: graded exercises/{PY}" in results("yan")["output"]
+    assert "ch01: graded xan_ch01.py" in results("xan")["output"]  # as named inside the submission
+    assert "ch01: graded kim_ch01.py" in results("kim_ch01")["output"]  # a single file: its own name
+    assert f"ch01: graded ivy/{PY}" in results("ivy")["output"]  # inside the zip
+    assert results("pat")["extra_data"] == {"seed": None, "files": {}}
+
+
+def test_chapters_not_submitted_are_zero_with_the_reason(graded_class):
+    _, _, out, _ = graded_class
+    ada = json.loads((out / "results" / "ada.json").read_text(encoding="utf-8"))
+    ch02 = [test for test in ada["tests"] if test["name"].startswith("ch02 ")]
+    assert len(ch02) == len(CH02.exercises)
+    assert all(test["score"] == 0 and test["status"] == "failed" for test in ch02)
+    # The words the Gradescope autograder uses for a chapter with no file.
+    assert {test["output"] for test in ch02} == {
+        f"no file for ch02 in the submission (expected {CH02.module}.py or {CH02.module}.ipynb)"}
+    tia = json.loads((out / "results" / "tia_ch01.json").read_text(encoding="utf-8"))
+    assert all(test["output"].startswith("not graded: ") for test in tia["tests"])
+
+
 def test_the_summary_names_the_planted_bugs_with_their_counts(graded_class):
     done, _, _, _ = graded_class
     for name, students in PLANTED.items():
@@ -239,6 +269,7 @@ def test_a_rerun_grades_only_what_changed(graded_class):
     again = mha_course("batch", str(submissions), "--out", str(out), "--seed", "11")
     assert again.returncode == 0, again.stderr
     assert "0 graded, 30 unchanged" in again.stdout, again.stdout  # (unless a check was edited meanwhile)
+    assert "nothing graded again: results kept, graded with seed 11" in again.stdout
     assert read_csv(out / "grades.csv") == first  # rows kept as they were
     assert "no-scale" in again.stdout  # the summary still covers the whole class
 
@@ -264,6 +295,25 @@ def test_force_grades_everyone_again(tmp_path):
     assert forced.grades[1].bugs == [("ch01", "scaled_dot_product_attention", "no-scale")]
 
 
+def test_a_rerun_that_grades_nobody_names_the_seed_the_kept_results_had(tmp_path):
+    from rich.console import Console
+
+    submissions, out = tmp_path / "class", tmp_path / "grades"
+    write(submissions / "ada" / PY, SOLUTION)
+    batch.run_batch(submissions, out, batch.GradingOptions(seed=3))
+    again = batch.run_batch(submissions, out, batch.GradingOptions(seed=5))  # a fresh seed, nothing changed
+    assert again.graded_now == set() and again.grades[0].seed == 3
+    summary = io.StringIO()
+    batch.print_summary(again, Console(file=summary, width=1000))  # one line per line
+    assert "(nothing graded again: results kept, graded with seed 3)" in summary.getvalue()
+    assert "seed 5" not in summary.getvalue()
+
+    write(submissions / "bo_ch01.py", SOLUTION)
+    mixed = batch.run_batch(submissions, out, batch.GradingOptions(seed=7))
+    assert [row.seed for row in mixed.grades] == [3, 7]
+    assert batch.seeds_used(mixed) == "seed 7; the results kept were graded with seed 3"
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp / "nowhere", "no such directory"),
     (lambda tmp: write(tmp / "one.py", SOLUTION), "is not a folder"),
@@ -287,18 +337,9 @@ def test_help_states_the_rules():
 # -- the parts, in this process (no grading) -------------------------------------------
 
 
-@pytest.mark.parametrize("name, chapter", [
-    ("alice_ch01.py", "ch01"), ("ch02_cross_attention.ipynb", "ch02"), ("Bob-CH3.py", "ch03"),
-    ("ch05.ipynb", "ch05"), ("rich01.py", None), ("attention.py", None),
-])
-def test_the_chapter_comes_from_chNN_in_a_name(name, chapter):
-    found = chapter_in_name(name)
-    assert (found.id if found else None) == chapter
-
-
-def test_a_chapter_the_course_lacks_is_a_reason():
+def test_a_chapter_the_course_lacks_is_a_reason(tmp_path):
     with pytest.raises(Unusable, match="ch09.*does not have"):
-        chapter_in_name("eve_ch09.py")
+        batch.submission_targets(write(tmp_path / "eve_ch09.py", SOLUTION), tmp_path)
 
 
 def test_students_are_named_by_their_entries(tmp_path):
@@ -312,9 +353,9 @@ def test_students_are_named_by_their_entries(tmp_path):
     assert [entry.student for entry in entries] == ["alice", "alice.zip", "bob_ch01", "carol"]
 
 
-def test_a_folder_with_only_a_folder_in_it_is_that_folder(tmp_path):
+def test_files_in_folders_of_the_folder_are_found(tmp_path):
     write(tmp_path / "alice" / "hw1" / "exercises" / PY, SOLUTION)
-    assert graded_folder(tmp_path / "alice") == tmp_path / "alice" / "hw1" / "exercises"
+    assert batch.chapters_of(tmp_path / "alice").chosen == {"ch01": tmp_path / "alice" / "hw1" / "exercises" / PY}
 
 
 def test_an_entry_hash_changes_with_its_content_only(tmp_path):
@@ -366,4 +407,4 @@ def test_a_zip_keeps_when_each_file_was_saved(tmp_path):
     into = tmp_path / "into"
     into.mkdir()
     extract_zip(archive, into)
-    assert batch.chapter_files(into) == {"ch01": into / NB}  # the notebook was saved last
+    assert batch.chapters_of(into).chosen == {"ch01": into / NB}  # the notebook was saved last

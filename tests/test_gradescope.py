@@ -99,7 +99,7 @@ def test_bundle_has_gradescopes_layout(bundle):
     for script in ("setup.sh", "run_autograder"):
         assert (infos[script].external_attr >> 16) & 0o777 == 0o755
     assert {"pyproject.toml", "README.md", "grader/__init__.py", "grader/gradescope.py",
-            "grader/checks/pytest.ini", "grader/checks/oracles.py"} <= names
+            "grader/checks/pytest.ini", "grader/oracles/common.py"} <= names
     for chapter in CHAPTERS:
         assert f"solutions/{chapter.module}.py" in names
         assert f"grader/checks/test_{chapter.module}.py" in names
@@ -135,7 +135,7 @@ def test_reference_solutions_get_full_marks(autograder):
     assert all(score == maximum > 0 for score, maximum in scores(results).values())
     assert all(test["status"] == "passed" and test["visibility"] == "visible" for test in results["tests"])
     assert results["stdout_visibility"] == "hidden"
-    assert f"Graded ch01 from {CH01.module}.py." in results["output"]
+    assert f"ch01: graded {CH01.module}.py" in results["output"].splitlines()  # as `grade` names it
     assert isinstance(results["execution_time"], float)
     # The grader unpacked from the bundle graded, not the one installed here.
     assert f"grader from {(autograder.root / 'source' / 'grader').resolve()}" in done.stdout
@@ -164,7 +164,9 @@ def test_a_notebook_in_a_folder_among_other_files(autograder):
         assert score == (maximum if name.startswith("ch01") else 0)
     missing = next(test for test in results["tests"] if test["name"].startswith("ch02"))
     assert f"expected {CH02.module}.py or {CH02.module}.ipynb" in missing["output"]
-    assert f"Graded ch01 from homework/{CH01.module}.ipynb." in results["output"]
+    # The file graded and why, in the words of `mha-course grade` and of batch's results.
+    assert (f"ch01: graded homework/{CH01.module}.ipynb (it has more written than {CH01.module}.py)"
+            in results["output"].splitlines())
     assert f"Ignored homework/{CH01.module}.py: ch01 was graded from homework/{CH01.module}.ipynb" \
         in results["output"]
     assert "Ignored homework/scratch.py: its name names no chapter" in results["output"]
@@ -253,6 +255,31 @@ def test_a_grader_that_cannot_start_still_leaves_a_results_json(bundle, tmp_path
     results = results_of(root)
     assert results["score"] == 0 and results["tests"] == []
     assert "not a verdict on your code" in results["output"]
+
+
+def test_without_setup_the_results_say_to_run_setup_sh(bundle, tmp_path):
+    """run_autograder tried on a machine where setup.sh never ran: its Python
+    lacks torch, and results.json says so in one line, with what to do."""
+    bare = tmp_path / "bare"  # a Python with nothing installed, like a fresh python3
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    root = gradescope_root(bundle, tmp_path / "autograder")
+    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    done = run_autograder(root, python=str(bare / "bin" / "python"))
+    assert done.returncode == 0
+    results = results_of(root)
+    assert results["score"] == 0 and results["tests"] == []
+    output = results["output"]
+    assert len(output.splitlines()) == 1
+    assert "lacks torch" in output and "Run setup.sh first" in output and "MHA_COURSE_PYTHON" in output
+    assert "ModuleNotFoundError" not in output + done.stdout + done.stderr  # no traceback
+    assert output in done.stdout  # the instructor trying it sees it too
+
+
+def test_the_runner_script_says_how_to_run_it_outside_gradescope(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        runner = archive.read("run_autograder").decode()
+    header = runner.split("set -u")[0]
+    assert "run setup.sh first" in header and "MHA_COURSE_PYTHON" in header
 
 
 def test_an_assignment_of_some_chapters_with_results_after_the_due_date(tmp_path):
