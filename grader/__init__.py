@@ -9,9 +9,9 @@ the verdicts). ``check()`` is the notebooks' way in.
 __version__ = "0.1.0"
 
 
-def check(chapter: str | None = None, notebook=None) -> int | None:
+def check(chapter: str | None = None, notebook=None) -> None:
     """Grade a chapter's saved notebook from inside Jupyter (see
     ``grader.notebook_check``); imported lazily, so ``import grader`` stays cheap."""
     from grader.notebook_check import check as grade_notebook
 
-    return grade_notebook(chapter, notebook)
+    grade_notebook(chapter, notebook)
