@@ -17,7 +17,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     broadcast_shape,
     case_ids,
@@ -25,6 +24,7 @@ from grader.checks import (
     expect_attention,
     expect_gradients,
     expect_raises,
+    Oracles,
     portability_check,
     portable,
     run,
@@ -39,20 +39,13 @@ from grader.compare import (
     unpack,
 )
 
+oracles = Oracles("ch02")
+
 CONVENTIONS = ("attend", "block", "additive")
 
 
 def _lengths(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
-
-
-def _padding_oracle(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
-    """The padding mask written as a loop, one position at a time: (B, S)."""
-    mask = torch.zeros(len(lengths), max_len, dtype=torch.bool)
-    for b, length in enumerate(lengths.tolist()):
-        for s in range(max_len):
-            mask[b, s] = s < length
-    return mask
 
 
 # -- padding_mask ----------------------------------------------------------------------
@@ -86,7 +79,7 @@ def test_padding_mask_matches_loop(submission, bugs, case):
     _, values, max_len = case
     lengths = _lengths(*values)
     got, call = run(submission, "padding_mask", lengths, max_len=max_len)
-    expected = _padding_oracle(lengths, max_len or max(values))
+    expected = oracles.padding_mask(lengths, max_len or max(values))
     expect_close(got, expected, f"{call} with lengths {list(values)}",
                  bugs=bugs.padding_mask(lengths, max_len=max_len), reference="a loop over the positions")
 
@@ -127,16 +120,6 @@ def test_padding_mask_of_an_empty_batch(submission):
 # -- convert_mask ----------------------------------------------------------------------
 
 
-def _in_convention(attend: torch.Tensor, convention: str, biases: torch.Tensor) -> torch.Tensor:
-    """``attend`` (True = may attend) written in ``convention``. An additive
-    mask keeps its keys with arbitrary finite biases, not only with 0."""
-    if convention == "attend":
-        return attend.clone()
-    if convention == "block":
-        return ~attend
-    return biases.masked_fill(~attend, float("-inf"))
-
-
 def _pair_ids(pairs):
     return [f"{source}-to-{target}" for source, target in pairs]
 
@@ -149,7 +132,7 @@ PAIRS = list(itertools.product(CONVENTIONS, CONVENTIONS))
 def test_convert_mask_matches_reference(submission, reference, bugs, inputs, source, target):
     """matches the reference"""
     attend = inputs.mask(2, 4, 5, keep=0.5, empty_rows=True)
-    mask = _in_convention(attend, source, inputs.randn(2, 4, 5))
+    mask = oracles.mask_in_convention(attend, source, inputs.randn(2, 4, 5))
     got, call = run(submission, "convert_mask", mask, source, target)
     expect_close(got, reference.convert_mask(mask, source, target), call,
                  bugs=bugs.convert_mask(mask, source, target))
@@ -161,7 +144,7 @@ def test_convert_mask_matches_reference(submission, reference, bugs, inputs, sou
 def test_convert_mask_keeps_any_shape(submission, reference, bugs, inputs, shape, source):
     """keeps the mask's shape, whatever its number of dimensions"""
     attend = inputs.mask(*shape, keep=0.5)
-    mask = _in_convention(attend, source, torch.zeros(shape))
+    mask = oracles.mask_in_convention(attend, source, torch.zeros(shape))
     for target in CONVENTIONS:
         if target == source:
             continue
@@ -175,7 +158,7 @@ def test_convert_mask_keeps_any_shape(submission, reference, bugs, inputs, shape
 def test_convert_mask_additive_holds_zero_and_minus_infinity(submission, inputs, source):
     """an additive result holds exactly 0 where kept and -inf where blocked, in float32"""
     attend = inputs.mask(3, 6, keep=0.5)
-    mask = _in_convention(attend, source, torch.zeros(3, 6))
+    mask = oracles.mask_in_convention(attend, source, torch.zeros(3, 6))
     got, call = run(submission, "convert_mask", mask, source, "additive")
     expect_like(got, torch.empty(3, 6), call)
     expect_true(bool((got[attend] == 0).all()), f"{call}: kept entries are not exactly 0.0")
@@ -190,7 +173,7 @@ def test_convert_mask_round_trip(submission, inputs, via):
     """converting to another convention and back gives the mask back"""
     attend = inputs.mask(2, 5, 6, keep=0.5, empty_rows=True)
     there, call_there = run(submission, "convert_mask", attend, "attend", via)
-    expect_like(there, _in_convention(attend, via, torch.zeros(2, 5, 6)), call_there)
+    expect_like(there, oracles.mask_in_convention(attend, via, torch.zeros(2, 5, 6)), call_there)
     back, call_back = run(submission, "convert_mask", there, via, "attend")
     expect_close(back, attend, f"{call_back} after {call_there}", reference="the mask you started from")
 
@@ -204,7 +187,7 @@ def test_convert_mask_additive_drives_pytorch_attention(submission, inputs):
     got, call = run(submission, "convert_mask", attend, "attend", "additive")
     expect_like(got, torch.empty(2, 5, 7), call)
     output = F.scaled_dot_product_attention(q, k, v, attn_mask=got)
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
+    expected, _ = oracles.attention(q, k, v, attend)
     expect_close(output, expected, f"F.scaled_dot_product_attention(q, k, v, attn_mask={call}) "
                  "(query [1, 3] may attend to no key)", reference="the same attention with the bool mask")
 
@@ -217,14 +200,19 @@ def test_convert_mask_block_drives_multihead_attention(submission, inputs):
         for parameter in attention.parameters():
             parameter.copy_(inputs.randn(*parameter.shape) * 0.5)
     query, context = inputs.randn(3, 4, 8), inputs.randn(3, 6, 8)
-    key_is_real = _padding_oracle(_lengths(6, 2, 4), 6)  # (B, S), True = real key
+    lengths = _lengths(6, 2, 4)
+    key_is_real = oracles.padding_mask(lengths, 6)  # (B, S), True = real key
     got, call = run(submission, "convert_mask", key_is_real, "attend", "block")
     expect_like(got, key_is_real, call)
+    # Your mask reaches the module as the (N * H, L, S) attn_mask the module
+    # would make of a key_padding_mask itself: a key_padding_mask's shape
+    # check imports sympy, half a second of a whole-course grade.
+    per_head = got[:, None, None, :].expand(3, attention.num_heads, 4, 6).flatten(0, 1)  # (N * H, L, S)
     with torch.no_grad():
-        output, _ = oracles.multihead_attention(attention, query, context, context, key_padding_mask=got)
-        # The oracle: run each sequence on its real keys alone; no mask at all.
-        expected = torch.stack([attention(query[b:b + 1], context[b:b + 1, :n], context[b:b + 1, :n])[0][0]
-                                for b, n in enumerate((6, 2, 4))])
+        output, _ = attention(query, context, context, attn_mask=per_head)
+    # The oracle runs each sequence on its real keys alone; no mask at all.
+    expected = oracles.multihead_attention_over_real_keys(attention.state_dict(), attention.num_heads,
+                                                          query, context, lengths)
     expect_close(output, expected, f"nn.MultiheadAttention(...)(query, context, context, key_padding_mask="
                  f"{call})", reference="attention over the real keys alone")
 
@@ -268,12 +256,12 @@ def _attn_mask(inputs, kind, batch, queries, keys):
         return inputs.mask(queries, keys, keep=0.6)
     if kind == "per-sequence":
         return inputs.mask(batch, queries, keys, keep=0.6)
-    return torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)  # bottom-right causal
+    return oracles.causal_mask(queries, keys)  # bottom-right causal
 
 
 def _combine_inputs(inputs, case):
     _, values, queries, kind = case
-    key_padding = _padding_oracle(_lengths(*values), max(values))  # (B, S)
+    key_padding = oracles.padding_mask(_lengths(*values), max(values))  # (B, S)
     return key_padding, _attn_mask(inputs, kind, len(values), queries, max(values))
 
 
@@ -285,17 +273,6 @@ def test_combine_masks_matches_reference(submission, reference, bugs, inputs, ca
     got, call = run(submission, "combine_masks", key_padding, attn_mask=attn_mask)
     expect_close(got, reference.combine_masks(key_padding, attn_mask=attn_mask), call,
                  bugs=bugs.combine_masks(key_padding, attn_mask=attn_mask))
-
-
-def _per_sequence_attention(q, k, v, key_padding, attn_mask):
-    """The oracle: each sequence on its own, with an (L, S) mask built for it."""
-    outputs = []
-    for b in range(q.shape[0]):
-        allowed = key_padding[b].expand(q.shape[-2], -1)  # (L, S)
-        if attn_mask is not None:
-            allowed = allowed & (attn_mask if attn_mask.dim() == 2 else attn_mask[b])
-        outputs.append(F.scaled_dot_product_attention(q[b], k[b], v[b], attn_mask=allowed))  # (H, L, d_v)
-    return torch.stack(outputs)  # (B, H, L, d_v)
 
 
 @exercise("combine_masks")
@@ -322,7 +299,7 @@ def test_combine_masks_works_on_multi_head_scores(submission, bugs, inputs, case
         fail(f"{call} has shape {tuple(got.shape)}, which does not broadcast to the scores' shape "
              f"{scores_shape} (B, H, L, S)", hint=_hint_of(got, lookalikes))
     output = F.scaled_dot_product_attention(q, k, v, attn_mask=got)
-    expect_close(output, _per_sequence_attention(q, k, v, key_padding, attn_mask),
+    expect_close(output, oracles.per_sequence_attention(q, k, v, key_padding, attn_mask),
                  f"F.scaled_dot_product_attention on (B, H, L, S) = {scores_shape} scores "
                  f"with attn_mask={call}", reference="attention run one sequence at a time",
                  bugs=lambda: ((hint, _attention_or_none(q, k, v, mask)) for hint, mask in lookalikes()))
@@ -379,14 +356,6 @@ def _cross_inputs(inputs, case, dtype=torch.float32):
     return x, context, weights, None if lengths is None else _lengths(*lengths)
 
 
-def _cross_oracle(x, context, w_q, w_k, w_v, context_lengths=None):
-    """F.linear for the projections, PyTorch's attention with a mask of real keys."""
-    mask = None
-    if context_lengths is not None:
-        mask = _padding_oracle(context_lengths, context.shape[-2])[:, None, :]  # (B, 1, S)
-    return oracles.attention(F.linear(x, w_q), F.linear(context, w_k), F.linear(context, w_v), mask)
-
-
 def _with_lengths(call: str, lengths) -> str:
     return call if lengths is None else f"{call} with context_lengths {lengths.tolist()}"
 
@@ -408,7 +377,8 @@ def test_cross_attention_matches_pytorch(submission, bugs, inputs, case):
     """matches F.linear + F.scaled_dot_product_attention with a mask of the real keys"""
     x, context, weights, lengths = _cross_inputs(inputs, case)
     got, call = run(submission, "cross_attention", x, context, *weights, context_lengths=lengths)
-    expect_attention(got, _cross_oracle(x, context, *weights, lengths), _with_lengths(call, lengths),
+    expect_attention(got, oracles.cross_attention(x, context, *weights, lengths),
+                     _with_lengths(call, lengths),
                      bugs.cross_attention(x, context, *weights, context_lengths=lengths), reference="PyTorch")
 
 
@@ -418,7 +388,7 @@ def test_cross_attention_empty_context_gives_zeros(submission, bugs, inputs):
     x, context, weights, _ = _cross_inputs(inputs, CROSS_CASES[4])
     lengths = _lengths(3, 0, 5)
     got, call = run(submission, "cross_attention", x, context, *weights, context_lengths=lengths)
-    expect_attention(got, _cross_oracle(x, context, *weights, lengths),
+    expect_attention(got, oracles.cross_attention(x, context, *weights, lengths),
                      f"{_with_lengths(call, lengths)} (sequence 1 has an empty context)",
                      bugs.cross_attention(x, context, *weights, context_lengths=lengths), reference="PyTorch")
 
@@ -467,7 +437,7 @@ def test_cross_attention_weights_are_probabilities_over_real_keys(submission, in
     call = _with_lengths(call, lengths)
     _, attention = unpack(got, ("output", "weights"), call)
     expect_like(attention, torch.empty(3, 2, 5), f"weights of {call}")
-    padded = ~_padding_oracle(lengths, 5)[:, None, :].expand(-1, 2, -1)  # (B, L, S)
+    padded = ~oracles.padding_mask(lengths, 5)[:, None, :].expand(-1, 2, -1)  # (B, L, S)
     expect_true(bool((attention[padded] == 0).all()),
                 f"weights of {call} are not exactly 0 on padded keys (positions >= context_lengths[b])")
     expect_true(bool((attention >= 0).all()), f"weights of {call} have negative entries")
@@ -487,9 +457,8 @@ def test_cross_attention_gradients(submission, inputs, lengths):
     (got, grads), call = run_with_gradients(submission, "cross_attention", [x, context, *weights],
                                             {"context_lengths": lengths}, [0, 1, 2, 3, 4], 0, upstream)
     call = _with_lengths(call, lengths)
-    expect_attention(got, _cross_oracle(x, context, *weights, lengths), call, reference="PyTorch")
-    expected = oracles.gradients(lambda *t: _cross_oracle(*t, lengths)[0], [x, context, *weights],
-                                 [0, 1, 2, 3, 4], upstream)
+    expect_attention(got, oracles.cross_attention(x, context, *weights, lengths), call, reference="PyTorch")
+    expected = oracles.cross_attention_gradients(x, context, *weights, lengths, upstream)
     expect_gradients(grads, expected, ("x", "context", "w_q", "w_k", "w_v"), call)
 
 
