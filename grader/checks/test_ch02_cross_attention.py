@@ -1,7 +1,7 @@
 """Hidden checks for chapter 2: padding masks, mask conventions, cross-attention.
 
 Every exercise is checked four ways: against the reference solution on
-several shapes, against PyTorch's own functions or a loop written here (an
+several shapes, against PyTorch's own functions or a loop (an
 independent oracle), against properties any correct answer has, and, on a
 mismatch, against known wrong implementations, whose hint then goes with the
 failure.

@@ -1,8 +1,8 @@
 """Hidden checks for chapter 3: heads, multi-head attention, nn.MultiheadAttention.
 
 Every exercise is checked four ways: against the reference solution on
-several shapes, against an independent oracle (slices and loops written
-here, ``F.scaled_dot_product_attention`` head by head, and PyTorch's own
+several shapes, against an independent oracle (slices and loops,
+``F.scaled_dot_product_attention`` head by head, and PyTorch's own
 ``nn.MultiheadAttention`` with the same weights loaded), against properties
 any correct answer has, and, on a mismatch, against known wrong
 implementations, whose hint then goes with the failure.
@@ -19,17 +19,14 @@ meta device too, makes a tensor and fails.
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
-    broadcast_shape,
     case_ids,
     exercise,
     expect_attention,
     expect_gradients,
     expect_raises,
+    Oracles,
     portability_check,
     portable,
     reference_module_call,
@@ -51,70 +48,7 @@ from grader.compare import (
 from grader.footprint import PartlyMeasured
 from grader.module_calls import ModuleCall
 
-# -- oracles written here: slices, loops and PyTorch's own modules -------------------------
-
-
-def _split_oracle(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(..., T, D) -> (..., H, T, d) as a stack of feature slices, one per head."""
-    width = x.shape[-1] // num_heads
-    return torch.stack([x[..., h * width:(h + 1) * width] for h in range(num_heads)], dim=-3)
-
-
-def _merge_oracle(x: torch.Tensor) -> torch.Tensor:
-    """(..., H, T, d) -> (..., T, H * d): the heads' features side by side."""
-    return torch.cat(x.unbind(dim=-3), dim=-1)
-
-
-def _head_loop(query, key, value, num_heads, w_q, w_k, w_v, w_o, mask=None):
-    """Multi-head attention one head at a time with F.scaled_dot_product_attention."""
-    d, d_v = w_q.shape[0] // num_heads, w_v.shape[0] // num_heads
-    batch = broadcast_shape(query.shape[:-2], key.shape[:-2])
-    length, keys = query.shape[-2], key.shape[-2]
-    outputs = []
-    for h in range(num_heads):
-        q = F.linear(query, w_q[h * d:(h + 1) * d])  # (..., L, d)
-        k = F.linear(key, w_k[h * d:(h + 1) * d])  # (..., S, d)
-        v = F.linear(value, w_v[h * d_v:(h + 1) * d_v])  # (..., S, d_v)
-        head_mask = None
-        if mask is not None:
-            head_mask = torch.broadcast_to(mask, (*batch, num_heads, length, keys))[..., h, :, :]
-        outputs.append(F.scaled_dot_product_attention(q, k, v, attn_mask=head_mask))
-    return F.linear(torch.cat(outputs, dim=-1), w_o)  # (..., L, d_out)
-
-
-def _torch_module(state: dict, d_model: int, num_heads: int, batch_first: bool = True,
-                  kdim: int | None = None, vdim: int | None = None) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention in eval mode holding the parameters of ``state``,
-    given in this course's names (``qkv.weight``...) or with separate q, k, v
-    weights (``q.weight``...) for inputs of other widths."""
-    bias = "out.bias" in state
-    module = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=batch_first,
-                                   kdim=kdim, vdim=vdim)
-    theirs = {"out_proj.weight": state["out.weight"]}
-    if "qkv.weight" in state:
-        theirs["in_proj_weight"] = state["qkv.weight"]
-    elif module.in_proj_weight is not None:  # inputs of width d_model: one packed weight
-        theirs["in_proj_weight"] = torch.cat([state["q.weight"], state["k.weight"], state["v.weight"]])
-    else:
-        theirs.update(q_proj_weight=state["q.weight"], k_proj_weight=state["k.weight"],
-                      v_proj_weight=state["v.weight"])
-    if bias:
-        theirs["in_proj_bias"] = state["qkv.bias"]
-        theirs["out_proj.bias"] = state["out.bias"]
-    module.load_state_dict(theirs)
-    return module.eval()
-
-
-def _torch_attention(module: nn.MultiheadAttention, x, mask=None, need_weights=False):
-    """The module's self-attention over ``x`` with a course mask (True = may
-    attend): its attn_mask is True where attention is blocked, and a per-batch,
-    per-head mask is laid out (N * H, L, S)."""
-    attn_mask = None
-    if mask is not None:
-        attn_mask = ~mask if mask.dim() == 2 else (~mask).flatten(0, 1)
-    output, weights = module(x, x, x, attn_mask=attn_mask, need_weights=need_weights,
-                             average_attn_weights=False)
-    return output.detach(), None if weights is None else weights.detach()
+oracles = Oracles("ch03")
 
 
 def _weight(inputs, d_out: int, d_in: int, dtype=torch.float32) -> torch.Tensor:
@@ -151,7 +85,7 @@ def test_split_heads_gives_each_head_its_slice(submission, bugs, inputs, case):
     _, shape, heads = case
     x = inputs.randn(*shape)
     got, call = run(submission, "split_heads", x, heads)
-    expect_close(got, _split_oracle(x, heads), call, bugs=bugs.split_heads(x, heads),
+    expect_close(got, oracles.split_heads(x, heads), call, bugs=bugs.split_heads(x, heads),
                  reference="a stack of the heads' feature slices")
 
 
@@ -197,7 +131,7 @@ def test_merge_heads_concatenates_the_heads(submission, bugs, inputs, case):
     """puts head h in features h*d to (h+1)*d of every token"""
     x = inputs.randn(*case[1])
     got, call = run(submission, "merge_heads", x)
-    expect_close(got, _merge_oracle(x), call, bugs=bugs.merge_heads(x),
+    expect_close(got, oracles.merge_heads(x), call, bugs=bugs.merge_heads(x),
                  reference="torch.cat(x.unbind(-3), dim=-1)")
 
 
@@ -206,7 +140,7 @@ def test_merge_heads_concatenates_the_heads(submission, bugs, inputs, case):
 def test_merge_heads_undoes_split(submission, bugs, inputs, heads):
     """undoes split_heads: merge_heads(split_heads(x)) == x"""
     x = inputs.randn(2, 5, 12, dtype=torch.float64)
-    split = _split_oracle(x, heads)  # (2, H, 5, 12 // H), split here, not by your split_heads
+    split = oracles.split_heads(x, heads)  # (2, H, 5, 12 // H), split here, not by your split_heads
     got, call = run(submission, "merge_heads", split)
     expect_close(got, x, f"{call} of x split into {heads} heads", bugs=bugs.merge_heads(split),
                  reference="the x before the split")
@@ -252,7 +186,7 @@ def test_multi_head_attention_matches_head_loop(submission, bugs, inputs, case):
     """matches F.scaled_dot_product_attention run head by head"""
     args = _mha_inputs(inputs, case)
     got, call = run(submission, "multi_head_attention", *args)
-    expect_close(got, _head_loop(*args), call, bugs=bugs.multi_head_attention(*args),
+    expect_close(got, oracles.head_loop(*args), call, bugs=bugs.multi_head_attention(*args),
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
 
@@ -267,7 +201,7 @@ def test_multi_head_attention_with_mask(submission, reference, bugs, inputs, kin
     what = f"{call} (mask {kind}, True = may attend)"
     lookalikes = bugs.multi_head_attention(*args, mask=mask)
     expect_close(got, reference.multi_head_attention(*args, mask=mask), what, bugs=lookalikes)
-    expect_close(got, _head_loop(*args, mask=mask), what, bugs=lookalikes,
+    expect_close(got, oracles.head_loop(*args, mask=mask), what, bugs=lookalikes,
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
 
@@ -288,9 +222,7 @@ def test_multi_head_attention_matches_pytorch_module(submission, bugs, inputs, k
     args = (query, key, value, heads, state["q.weight"], state["k.weight"], state["v.weight"],
             state["out.weight"])
     got, call = run(submission, "multi_head_attention", *args, mask=mask)
-    module = _torch_module(state, width, heads, kdim=key_width, vdim=value_width)
-    attn_mask = None if mask is None else (~mask).flatten(0, 1)  # (N * H, L, S), True = blocked
-    expected = module(query, key, value, attn_mask=attn_mask, need_weights=False)[0].detach()
+    expected = oracles.pytorch_multi_head_attention(state, heads, query, key, value, mask)
     expect_close(got, expected, call, bugs=bugs.multi_head_attention(*args, mask=mask),
                  reference="nn.MultiheadAttention")
 
@@ -300,8 +232,7 @@ def test_multi_head_attention_with_one_head_is_attention(submission, inputs):
     """with one head, is single-head attention followed by w_o"""
     query, key, value, _, w_q, w_k, w_v, w_o = _mha_inputs(inputs, MHA_CASES[1])
     got, call = run(submission, "multi_head_attention", query, key, value, 1, w_q, w_k, w_v, w_o)
-    single = F.scaled_dot_product_attention(F.linear(query, w_q), F.linear(key, w_k), F.linear(value, w_v))
-    expect_close(got, F.linear(single, w_o), call,
+    expect_close(got, oracles.one_head_attention(query, key, value, w_q, w_k, w_v, w_o), call,
                  reference="F.scaled_dot_product_attention with the full width, then w_o")
 
 
@@ -330,7 +261,7 @@ def test_multi_head_attention_fully_masked_query_gives_zeros(submission, bugs, i
     mask = inputs.mask(2, 1, 5, 7)
     mask[0, :, 3] = False
     got, call = run(submission, "multi_head_attention", *args, mask=mask)
-    expect_close(got, _head_loop(*args, mask=mask), f"{call} where query [0, 3] may attend to no key",
+    expect_close(got, oracles.head_loop(*args, mask=mask), f"{call} where query [0, 3] may attend to no key",
                  bugs=bugs.multi_head_attention(*args, mask=mask),
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
@@ -339,18 +270,14 @@ def test_multi_head_attention_fully_masked_query_gives_zeros(submission, bugs, i
 def test_multi_head_attention_gradients(submission, inputs):
     """has the gradients of PyTorch's attention (autograd, float64)"""
     query, key, value, heads, *weights = _mha_inputs(inputs, MHA_CASES[2], dtype=torch.float64)
-    tensors = [query, key, value, *weights]
     mask = inputs.mask(4, 3)
     upstream = inputs.randn(2, 3, 4, 5, dtype=torch.float64)
     (got, grads), call = run_with_gradients(submission, "multi_head_attention",
                                             [query, key, value, heads, *weights], {"mask": mask},
                                             [0, 1, 2, 4, 5, 6, 7], None, upstream)
-
-    def loop(q, k, v, *w):
-        return _head_loop(q, k, v, heads, *w, mask=mask)
-
-    expect_close(got, loop(*tensors), call, reference="PyTorch")
-    expected = oracles.gradients(loop, tensors, list(range(7)), upstream)
+    expect_close(got, oracles.head_loop(query, key, value, heads, *weights, mask=mask), call,
+                 reference="PyTorch")
+    expected = oracles.head_loop_gradients(query, key, value, heads, *weights, mask, upstream)
     expect_gradients(grads, expected, ("query", "key", "value", "w_q", "w_k", "w_v", "w_o"), call)
 
 
@@ -407,7 +334,7 @@ def test_module_matches_pytorch(submission, bugs, inputs, kind):
     mask = torch.ones(5, 5, dtype=torch.bool).tril() if kind == "causal-mask" else None
     recipe = _recipe(state, width, heads)
     got, call = run_module(submission, "MultiHeadAttention", recipe, x, mask=mask)
-    expected, _ = _torch_attention(_torch_module(state, width, heads), x, mask)
+    expected, _ = oracles.module_attention(state, heads, x, mask)
     expect_close(got, expected, f"{call} ({kind})", reference="nn.MultiheadAttention",
                  bugs=bugs.module("MultiHeadAttention", recipe, x, mask=mask))
 
@@ -422,7 +349,7 @@ def test_module_weights_match_pytorch(submission, bugs, inputs, masked):
     mask = inputs.mask(2, heads, 5, 5) if masked else None
     recipe = _recipe(state, width, heads)
     got, call = run_module(submission, "MultiHeadAttention", recipe, x, mask=mask, need_weights=True)
-    expected = _torch_attention(_torch_module(state, width, heads), x, mask, need_weights=True)
+    expected = oracles.module_attention(state, heads, x, mask, need_weights=True)
     expect_attention(got, expected, call,
                      bugs.module("MultiHeadAttention", recipe, x, mask=mask, need_weights=True),
                      reference="nn.MultiheadAttention(average_attn_weights=False)")
@@ -534,10 +461,10 @@ def test_module_dropout_drops_weights(submission, reference, bugs, inputs):
 def test_module_dropout_output_uses_returned_weights(submission, bugs, inputs):
     """in training, the output averages the values with the returned (dropped-out) weights"""
     x, state, heads, _, recipe, output, weights, call = _training_call(submission, inputs)
-    width = x.shape[-1]
-    value = F.linear(x, state["qkv.weight"][2 * width:], state["qkv.bias"][2 * width:])  # (B, T, D)
-    mixed = _merge_oracle(weights @ _split_oracle(value, heads))  # (B, T, D)
-    expected = F.linear(mixed, state["out.weight"], state["out.bias"])
+    # out(merge_heads(weights @ v)) = sum over heads of weights_h @ (v_h @ out_h^T), plus out's bias,
+    # where out_h is head h's columns of out.weight; the oracle gives each v_h @ out_h^T.
+    through_output = oracles.values_through_output(state, heads, x)  # (B, H, T, D)
+    expected = (weights @ through_output).sum(dim=-3) + state["out.bias"]  # (B, T, D)
     expect_close(output, expected, f"output of {call}",
                  bugs=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(0),
                  reference="out(merge_heads(weights @ v)) recomputed with your returned weights")
@@ -554,9 +481,8 @@ def test_module_gradient(submission, inputs):
     grad = {"wrt": [0], "output": None, "grad_output": upstream}
     got, grads = submission.call("MultiHeadAttention", (x,), {}, grad=grad, module=recipe)
     call = submission.call_text("MultiHeadAttention", (x,), {}, module=recipe)
-    module = _torch_module(state, width, heads)
-    expected = oracles.gradients(lambda t: module(t, t, t, need_weights=False)[0], [x], [0], upstream)
-    expect_close(got, _torch_attention(module, x)[0], call, reference="nn.MultiheadAttention")
+    expected = [oracles.module_gradient(state, heads, x, upstream)]
+    expect_close(got, oracles.module_attention(state, heads, x)[0], call, reference="nn.MultiheadAttention")
     expect_gradients(grads, expected, ("x",), call, reference="nn.MultiheadAttention")
 
 
@@ -587,14 +513,6 @@ def _torch_inputs(inputs, case, in_bias=True, out_bias=True):
     return args, state
 
 
-def _torch_forward_oracle(args, state, batch_first, key_padding_mask=None):
-    query, key, value, heads = args[:4]
-    module = _torch_module(state, query.shape[-1], heads, batch_first=batch_first)
-    output, _ = oracles.multihead_attention(module, query, key, value, key_padding_mask,
-                                            need_weights=False)
-    return output.detach()
-
-
 @exercise("torch_multihead_forward")
 @pytest.mark.parametrize("case", TORCH_CASES, ids=case_ids(TORCH_CASES))
 def test_torch_forward_matches_pytorch(submission, bugs, inputs, case):
@@ -602,7 +520,7 @@ def test_torch_forward_matches_pytorch(submission, bugs, inputs, case):
     batch_first = case[-1]
     args, state = _torch_inputs(inputs, case)
     got, call = run(submission, "torch_multihead_forward", *args, batch_first=batch_first)
-    expect_close(got, _torch_forward_oracle(args, state, batch_first), call,
+    expect_close(got, oracles.torch_multihead_forward(state, *args[:4], batch_first), call,
                  bugs=bugs.torch_multihead_forward(*args, batch_first=batch_first),
                  reference="nn.MultiheadAttention")
 
@@ -616,7 +534,7 @@ def test_torch_forward_with_key_padding_mask(submission, bugs, inputs, case):
     padding = ~inputs.mask(batch, keys, keep=0.5)  # True = ignore; each sequence keeps a key
     got, call = run(submission, "torch_multihead_forward", *args, key_padding_mask=padding,
                     batch_first=batch_first)
-    expect_close(got, _torch_forward_oracle(args, state, batch_first, padding), call,
+    expect_close(got, oracles.torch_multihead_forward(state, *args[:4], batch_first, padding), call,
                  bugs=bugs.torch_multihead_forward(*args, key_padding_mask=padding, batch_first=batch_first),
                  reference="nn.MultiheadAttention")
 
@@ -630,7 +548,7 @@ def test_torch_forward_without_in_proj_bias(submission, bugs, inputs, biases):
     if biases == "none":
         state = {"qkv.weight": state["qkv.weight"], "out.weight": state["out.weight"]}  # bias=False
     got, call = run(submission, "torch_multihead_forward", *args)
-    expect_close(got, _torch_forward_oracle(args, state, False), call,
+    expect_close(got, oracles.torch_multihead_forward(state, *args[:4], False), call,
                  bugs=bugs.torch_multihead_forward(*args), reference="nn.MultiheadAttention")
 
 
@@ -674,8 +592,7 @@ def _expect_count(got, expected: int, call: str, lookalikes, reference: str) -> 
 def test_parameter_count_matches_pytorch(submission, bugs, d_model, heads, bias):
     """equals the number of parameters of nn.MultiheadAttention"""
     got, call = run(submission, "parameter_count", d_model, heads, bias=bias)
-    module = nn.MultiheadAttention(d_model, heads, bias=bias)
-    expected = sum(parameter.numel() for parameter in module.parameters())
+    expected = oracles.parameter_count(d_model, heads, bias)
     _expect_count(got, expected, call, bugs.parameter_count(d_model, heads, bias=bias),
                   "the parameters of nn.MultiheadAttention")
 
@@ -708,8 +625,7 @@ WIDE_MODEL = (10**6, 8)
 def test_parameter_count_builds_nothing(submission, bugs):
     """is a formula: builds no module nor tensor, and counts a model of d_model = 1,000,000 at once"""
     d_model, heads = WIDE_MODEL
-    wide = nn.MultiheadAttention(d_model, heads, device="meta")  # shapes without memory
-    expected = sum(parameter.numel() for parameter in wide.parameters())
+    expected = oracles.parameter_count(d_model, heads, True)  # counted on the meta device
     try:
         got, call = run(submission, "parameter_count", d_model, heads)
     except CheckFailure as failure:
