@@ -8,13 +8,12 @@ of the full forward), and, on a mismatch, against known wrong versions.
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     case_ids,
     exercise,
     expect_gradients,
+    Oracles,
     portability_check,
     portable,
     run,
@@ -27,9 +26,12 @@ from grader.compare import (
     expect_like,
     expect_true,
     fail,
+    matches,
     matching_hint,
     unpack,
 )
+
+oracles = Oracles("ch04")
 
 # float16 and bfloat16 answers are compared with the float32 reference cast
 # down; a correct low-precision computation is off by a few units in the
@@ -69,33 +71,10 @@ def _tokens(start: int, stop: int) -> str:
     return f"token {start}" if stop - start == 1 else f"tokens {start}..{stop - 1}"
 
 
-def _oracle_mask(num_queries: int, num_keys: int) -> torch.Tensor:
-    """Bottom-right causal mask: query i is token i + S - L and sees keys 0 .. i + S - L."""
-    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
-
-
 def _weights(inputs, d_model, dim_qk, dim_v, d_out, dtype=torch.float32):
     """w_q, w_k, w_v, w_o in nn.Linear layout, scaled so activations stay near 1."""
     shapes = ((dim_qk, d_model), (dim_qk, d_model), (dim_v, d_model), (d_out, dim_v))
     return [(inputs.randn(*shape, dtype=torch.float64) / shape[1] ** 0.5).to(dtype) for shape in shapes]
-
-
-def _heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    batch, length, _ = t.shape
-    return t.view(batch, length, num_heads, -1).transpose(1, 2)  # (B, H, T, d)
-
-
-def _attention_oracle(x, num_heads, w_q, w_k, w_v, w_o, lengths=None):
-    """Causal multi-head self-attention from F.linear and F.scaled_dot_product_attention."""
-    batch, length, _ = x.shape
-    q, k, v = (_heads(F.linear(x, w), num_heads) for w in (w_q, w_k, w_v))  # (B, H, T, d)
-    if lengths is None:  # L == S: is_causal's top-left alignment is right here
-        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    else:
-        keys = torch.arange(length)[None, :] < lengths[:, None]  # (B, T)
-        allowed = _oracle_mask(length, length) & keys[:, None, None, :]  # (B, 1, T, T)
-        heads = torch.nan_to_num(F.scaled_dot_product_attention(q, k, v, attn_mask=allowed))
-    return F.linear(heads.transpose(1, 2).reshape(batch, length, -1), w_o)  # (B, T, d_out)
 
 
 def _step(submission, x_new, num_heads, weights, cache=None):
@@ -164,7 +143,7 @@ def test_causal_mask_matches_tril(submission, case):
     _, num_queries, num_keys = case
     num_keys = num_queries if num_keys is None else num_keys
     got, call = run(submission, "causal_mask", num_queries, num_keys, device=submission.device)
-    _expect_mask(got, _oracle_mask(num_queries, num_keys), call, reference="tril(S - L)")
+    _expect_mask(got, oracles.causal_mask(num_queries, num_keys), call, reference="tril(S - L)")
 
 
 @exercise("causal_mask")
@@ -191,7 +170,7 @@ def test_causal_mask_newest_query_sees_every_key(submission, bugs, num_queries, 
     # Made before the verdict, as everywhere: the student edition records a
     # check's lookalikes while the reference passes it (grader.recorded).
     lookalikes = bugs.causal_mask(num_queries, num_keys)
-    expect_like(got, _oracle_mask(num_queries, num_keys), call)
+    expect_like(got, oracles.causal_mask(num_queries, num_keys), call)
     last = got[-1].cpu()
     if not bool(last.all()):
         fail(f"{call}: the last query sees {_keys_text(last)} of {num_keys}; it is the newest "
@@ -233,7 +212,7 @@ def test_causal_self_attention_matches_pytorch(submission, inputs, case):
     """matches F.scaled_dot_product_attention(is_causal=True) per head"""
     x, num_heads, weights = _attention_inputs(inputs, case)
     got, call = run(submission, "causal_self_attention", x, num_heads, *weights)
-    expect_close(got, _attention_oracle(x, num_heads, *weights), call, reference="PyTorch")
+    expect_close(got, oracles.causal_self_attention(x, num_heads, *weights), call, reference="PyTorch")
 
 
 # Lengths 0 (all padding) and T (no padding) included.
@@ -253,7 +232,7 @@ def test_causal_self_attention_with_padding(submission, reference, bugs, inputs,
         expect_close(got, reference.causal_self_attention(x, 2, *weights, lengths=lengths), call,
                      bugs=bugs.causal_self_attention(x, 2, *weights, lengths=lengths))
     else:
-        expect_close(got, _attention_oracle(x, 2, *weights, lengths=lengths), call,
+        expect_close(got, oracles.causal_self_attention(x, 2, *weights, lengths=lengths), call,
                      reference="PyTorch (causal mask & key padding)")
 
 
@@ -309,9 +288,9 @@ def test_causal_self_attention_gradients(submission, inputs):
     upstream = inputs.randn(2, 5, 5, dtype=torch.float64)
     (got, grads), call = run_with_gradients(submission, "causal_self_attention", [x, 3, *weights],
                                             {"lengths": lengths}, [0, 2, 3, 4, 5], None, upstream)
-    expect_close(got, _attention_oracle(x, 3, *weights, lengths=lengths), call, reference="PyTorch")
-    expected = oracles.gradients(lambda *t: _attention_oracle(t[0], 3, *t[1:], lengths=lengths),
-                                 [x, *weights], [0, 1, 2, 3, 4], upstream)
+    expect_close(got, oracles.causal_self_attention(x, 3, *weights, lengths=lengths), call,
+                 reference="PyTorch")
+    expected = oracles.causal_self_attention_gradients(x, 3, *weights, lengths, upstream)
     expect_gradients(grads, expected, ("x", "w_q", "w_k", "w_v", "w_o"), call)
 
 
@@ -374,11 +353,12 @@ def test_attend_with_cache_first_step_matches_pytorch(submission, inputs):
     weights = _weights(inputs, 8, 8, 6, 8)
     got, call = _step(submission, x, 2, weights)
     output, k, v = _split_step(got, call)
-    expect_close(k, _heads(F.linear(x, weights[1]), 2), f"the key cache returned by {call}",
+    expected_k, expected_v = oracles.keys_and_values(x, 2, weights[1], weights[2])  # (B, H, T, d)
+    expect_close(k, expected_k, f"the key cache returned by {call}",
                  reference="x_new @ w_k.T split into heads")
-    expect_close(v, _heads(F.linear(x, weights[2]), 2), f"the value cache returned by {call}",
+    expect_close(v, expected_v, f"the value cache returned by {call}",
                  reference="x_new @ w_v.T split into heads")
-    expect_close(output, _attention_oracle(x, 2, *weights), f"output of {call}",
+    expect_close(output, oracles.causal_self_attention(x, 2, *weights), f"output of {call}",
                  reference="PyTorch (is_causal=True over the new tokens)")
 
 
@@ -405,16 +385,36 @@ def test_attend_with_cache_keeps_the_cache_it_is_given(submission, bugs, inputs)
 def _decode(submission, x, num_heads, weights, chunks, bugs):
     """Feed ``x`` to attend_with_cache in chunks of the given lengths, each step
     with the cache the previous one returned. Yields ``(start, stop, output,
-    (k, v), call, lookalikes)`` for each step."""
-    cache, start = None, 0
+    (k, v), call, lookalikes)`` for each step.
+
+    The known bugs are asked with the right cache, not the student's, so
+    that their answers depend on the check's inputs alone: the student
+    edition holds only the answers to calls the reference's grade made. Once
+    the student's cache has gone wrong, later steps are compared with the
+    bug whose cache it matched, if one did: that bug's own decoding goes on
+    from that cache."""
+    all_k, all_v = oracles.keys_and_values(x, num_heads, weights[1], weights[2])  # (B, H, T, d)
+    cache, start, astray, culprit = None, 0, False, None
     for size in chunks:
         stop = start + size
         chunk = x[:, start:stop]
         got, call = _step(submission, chunk, num_heads, weights, cache)
-        lookalikes = bugs.attend_with_cache(chunk, num_heads, *weights, cache=cache)
+        right_cache = None if cache is None else (all_k[:, :, :start], all_v[:, :, :start])
+        lookalikes = bugs.attend_with_cache(chunk, num_heads, *weights, cache=right_cache)
         output, k, v = _split_step(got, call, lookalikes)
+        if astray:  # a wrong cache came in: only its bug can explain this step
+            lookalikes = _blamed(culprit, got)
+        elif not (matches(k, all_k[:, :, :stop]) and matches(v, all_v[:, :, :stop])):
+            astray = True
+            culprit = (matching_hint(k, _at(lookalikes, 1, 0)) if not matches(k, all_k[:, :, :stop])
+                       else matching_hint(v, _at(lookalikes, 1, 1)))
         yield start, stop, output, (k, v), call, lookalikes
         cache, start = (k, v), stop
+
+
+def _blamed(hint, got):
+    """Lookalikes that give ``hint`` (if any) for the answer ``got`` itself."""
+    return lambda: iter([] if hint is None else [(hint, got)])
 
 
 @exercise("attend_with_cache")
@@ -435,7 +435,7 @@ def test_attend_with_cache_in_chunks_matches_full_forward(submission, bugs, inpu
     """feeding a prompt in chunks gives the rows of the full causal forward"""
     x = inputs.randn(2, sum(chunks), 8)
     weights = _weights(inputs, 8, 8, 8, 6)
-    full = _attention_oracle(x, 2, *weights)  # (B, T, d_out)
+    full = oracles.causal_self_attention(x, 2, *weights)  # (B, T, d_out)
     for start, stop, output, _, call, lookalikes in _decode(submission, x, 2, weights, chunks, bugs):
         expect_close(output, full[:, start:stop], f"output for {_tokens(start, stop)} of a prompt fed in "
                      f"chunks of {list(chunks)}, {call}", bugs=_at(lookalikes, 0),
@@ -447,7 +447,7 @@ def test_attend_with_cache_holds_every_token(submission, bugs, inputs):
     """after each step the cache holds the keys and values of every token so far"""
     x = inputs.randn(2, 6, 8)
     weights = _weights(inputs, 8, 8, 4, 8)
-    all_k, all_v = _heads(F.linear(x, weights[1]), 2), _heads(F.linear(x, weights[2]), 2)  # (B, H, T, d)
+    all_k, all_v = oracles.keys_and_values(x, 2, weights[1], weights[2])  # (B, H, T, d)
     for _, stop, _, (k, v), call, lookalikes in _decode(submission, x, 2, weights, (3, 1, 2), bugs):
         expect_close(k, all_k[:, :, :stop], f"the key cache returned by {call}", bugs=_at(lookalikes, 1, 0),
                      reference=f"the keys of tokens 0..{stop - 1}, x @ w_k.T split into heads")
