@@ -18,19 +18,21 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     case_ids,
     exercise,
     expect_gradients,
+    Oracles,
     portability_check,
     portable,
     run,
     run_with_gradients,
 )
 from grader.compare import expect_close, expect_like, expect_true
+
+# Other people's RoPE code, not the course's (grader/oracles/ch05.py).
+oracles = Oracles("ch05")
 
 # -- inputs ----------------------------------------------------------------------------
 
@@ -60,52 +62,6 @@ def _d_ids(head_dim: int) -> str:
     return f"d{head_dim}"
 
 
-# -- oracles: other people's RoPE code, not the course's ------------------------------
-
-
-def _frequencies(head_dim: int, theta: float) -> torch.Tensor:
-    """float32 (d/2,): 1 / theta^(2k/d), computed in float64 as Meta's and
-    Hugging Face's code write it (``arange(0, d, 2) / d``)."""
-    return (1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)).float()
-
-
-def _complex_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """Meta's LLaMA: adjacent pairs as complex numbers, times e^(i angle), in float32."""
-    head_dim = x.shape[-1]
-    angles = positions.float().unsqueeze(-1) * _frequencies(head_dim, theta)  # (..., T, d/2)
-    turns = torch.polar(torch.ones_like(angles), angles)  # complex64 (..., T, d/2)
-    pairs = torch.view_as_complex(x.float().contiguous().unflatten(-1, (-1, 2)))  # (..., T, d/2)
-    return torch.view_as_real(pairs * turns).flatten(-2).to(x.dtype)  # (..., T, d)
-
-
-def _hf_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """Hugging Face's LLaMA: ``q * cos + rotate_half(q) * sin`` with
-    ``emb = cat(freqs, freqs)``, in float32."""
-    head_dim = x.shape[-1]
-    freqs = positions.float().unsqueeze(-1) * _frequencies(head_dim, theta)  # (..., T, d/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (..., T, d)
-    x1, x2 = x.float()[..., : head_dim // 2], x.float()[..., head_dim // 2:]
-    rotate_half = torch.cat((-x2, x1), dim=-1)
-    return (x.float() * emb.cos() + rotate_half * emb.sin()).to(x.dtype)
-
-
-def _attention_oracle(x, w_q, w_k, w_v, w_o, num_heads, positions, theta):
-    """Heads split by hand, complex RoPE on q and k, F.scaled_dot_product_attention."""
-    length, d_model = x.shape[-2:]
-    if positions is None:
-        positions = torch.arange(length)
-    head_dim = d_model // num_heads
-
-    def heads(w):  # (..., H, T, d)
-        return F.linear(x, w).unflatten(-1, (num_heads, head_dim)).transpose(-3, -2)
-
-    q, k, v = heads(w_q), heads(w_k), heads(w_v)
-    per_head = positions.unsqueeze(-2)  # (..., 1, T)
-    q, k = _complex_rope(q, per_head, theta), _complex_rope(k, per_head, theta)
-    mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (..., H, T, d)
-    return F.linear(mixed.transpose(-3, -2).flatten(-2), w_o)  # (..., T, D)
-
-
 # -- rope_angles -----------------------------------------------------------------------
 
 # (id, positions shape, head_dim, theta, largest position)
@@ -116,13 +72,6 @@ ANGLE_CASES = [
     ("B2x3-T4-d16-theta5e5", (2, 3, 4), 16, 500000.0, 100000),
     ("T1-d6", (1,), 6, 10000.0, 64),
 ]
-
-
-def _angles_by_hand(positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
-    """Entry k of token t: position * theta^(-2k/d), each one with Python's math."""
-    flat = [[p * theta ** (-2 * k / head_dim) for k in range(head_dim // 2)]
-            for p in positions.flatten().tolist()]
-    return torch.tensor(flat, dtype=torch.float64).reshape(*positions.shape, head_dim // 2).float()
 
 
 @exercise("rope_angles")
@@ -145,7 +94,7 @@ def test_rope_angles_matches_the_formula(submission, bugs, inputs, case):
     _, shape, head_dim, theta, largest = case
     positions = torch.randint(0, largest, shape, generator=inputs.generator)
     got, call = run(submission, "rope_angles", positions, head_dim, theta)
-    expect_close(got, _angles_by_hand(positions, head_dim, theta), call,
+    expect_close(got, oracles.angles_by_hand(positions, head_dim, theta), call,
                  bugs=bugs.rope_angles(positions, head_dim, theta),
                  reference="position * theta ** (-2k / d)")
 
@@ -216,14 +165,14 @@ def _expect_identity_at_zero(submission, function: str, inputs) -> None:
     expect_close(got, x, f"{call} with every position 0", reference="x itself (angle 0 turns nothing)")
 
 
-def _expect_float16_at_large_positions(submission, bugs, inputs, function: str, oracle) -> None:
+def _expect_float16_at_large_positions(submission, bugs, inputs, function: str, oracle: str) -> None:
     x = inputs.randn(2, 5, 16, dtype=torch.float16)
     positions = torch.randint(1000, 2001, (2, 5), generator=inputs.generator)
     got, call = run(submission, function, x, positions)
     # The answer must be float16, within float16 rounding of the float32
     # computation. A correct answer that multiplies in float16 is off by about
     # 5e-4; angles rounded to float16 (ulp 0.5 to 1 radian here) by 0.1 or more.
-    expect_close(got, oracle(x.float(), positions).half(), f"{call} at positions 1000 to 2000",
+    expect_close(got, getattr(oracles, oracle)(x.float(), positions).half(), f"{call} at positions 1000 to 2000",
                  bugs=getattr(bugs, function)(x, positions), rtol=1e-2, atol=5e-3,
                  reference="the same rotation computed in float32")
 
@@ -256,7 +205,7 @@ def test_apply_rope_matches_complex_multiplication(submission, bugs, inputs, cas
     """matches complex multiplication (Meta's LLaMA: view_as_complex times polar(1, angle))"""
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope", x, positions, theta)
-    expect_close(got, _complex_rope(x, positions, theta), f"{call} ({case[3]} positions)",
+    expect_close(got, oracles.complex_rope(x, positions, theta), f"{call} ({case[3]} positions)",
                  bugs=bugs.apply_rope(x, positions, theta), reference="complex multiplication")
 
 
@@ -281,7 +230,7 @@ def test_apply_rope_scores_depend_on_relative_position(submission, inputs):
 @exercise("apply_rope")
 def test_apply_rope_float16_at_large_positions(submission, bugs, inputs):
     """float16 vectors at positions 1000 to 2000: angles computed in float32, answer in float16"""
-    _expect_float16_at_large_positions(submission, bugs, inputs, "apply_rope", _complex_rope)
+    _expect_float16_at_large_positions(submission, bugs, inputs, "apply_rope", "complex_rope")
 
 
 @exercise("apply_rope")
@@ -298,9 +247,9 @@ def test_apply_rope_gradient(submission, inputs):
     positions = _positions(inputs, "shuffled", (2, 5))
     upstream = inputs.randn(2, 5, 8)
     (got, grads), call = run_with_gradients(submission, "apply_rope", [x, positions], {}, [0], None, upstream)
-    expect_close(got, _complex_rope(x, positions), call, reference="complex multiplication")
-    expected = oracles.gradients(_complex_rope, [x, positions], [0], upstream)
-    expect_gradients(grads, expected, ["x"], call, reference="complex multiplication")
+    expect_close(got, oracles.complex_rope(x, positions), call, reference="complex multiplication")
+    expected = oracles.complex_rope_gradient(x, positions, upstream)
+    expect_gradients(grads, [expected], ["x"], call, reference="complex multiplication")
 
 
 # -- apply_rope_half ----------------------------------------------------------------------------
@@ -322,7 +271,7 @@ def test_apply_rope_half_matches_hugging_face(submission, bugs, inputs, case):
     """matches Hugging Face's formula: x * cos + rotate_half(x) * sin"""
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope_half", x, positions, theta)
-    expect_close(got, _hf_rope(x, positions, theta), f"{call} ({case[3]} positions)",
+    expect_close(got, oracles.hf_rope(x, positions, theta), f"{call} ({case[3]} positions)",
                  bugs=bugs.apply_rope_half(x, positions, theta), reference="Hugging Face's rotate_half")
 
 
@@ -360,7 +309,7 @@ def test_apply_rope_half_scores_depend_on_relative_position(submission, inputs):
 @exercise("apply_rope_half")
 def test_apply_rope_half_float16_at_large_positions(submission, bugs, inputs):
     """float16 vectors at positions 1000 to 2000: angles computed in float32, answer in float16"""
-    _expect_float16_at_large_positions(submission, bugs, inputs, "apply_rope_half", _hf_rope)
+    _expect_float16_at_large_positions(submission, bugs, inputs, "apply_rope_half", "hf_rope")
 
 
 @exercise("apply_rope_half")
@@ -401,10 +350,15 @@ def test_permutation_turns_one_convention_into_the_other(submission, inputs, hea
                 f"{call} is {got.tolist()}: not a permutation of 0 .. {head_dim - 1}")
     x = inputs.randn(2, 5, head_dim)
     positions = _positions(inputs, "shuffled", (2, 5))
-    # The oracles, not the reference: the inputs depend on the student's
-    # permutation, so the student edition could not replay the reference here.
-    expect_close(_hf_rope(x[..., got], positions),
-                 _complex_rope(x, positions)[..., got],
+    # RoPE is linear in x: the oracles give each token's rotation as a (d, d)
+    # matrix M, rope(x) = x @ M, from the check's own positions, and only the
+    # student's permutation reorders here. An oracle asked about x[..., perm]
+    # itself could not answer in the student edition, which holds the answers
+    # to the calls the reference's grade made.
+    half = oracles.hf_rope_matrices(positions, head_dim)  # (B, T, d, d)
+    adjacent = oracles.complex_rope_matrices(positions, head_dim)  # (B, T, d, d)
+    permuted = x[..., got].unsqueeze(-2) @ half  # (B, T, 1, d)
+    expect_close(permuted.squeeze(-2), (x.unsqueeze(-2) @ adjacent).squeeze(-2)[..., got],
                  f"apply_rope_half(x[..., perm]) with perm = {call}", reference="apply_rope(x)[..., perm]")
 
 
@@ -458,7 +412,7 @@ def test_rope_attention_matches_pytorch(submission, bugs, inputs, case):
     args, positions = _attention_inputs(inputs, case)
     d_model, num_heads, _, theta, w_q, w_k, w_v, w_o, x = args
     got, call = run(submission, "rope_self_attention", *args, token_positions=positions)
-    expect_close(got, _attention_oracle(x, w_q, w_k, w_v, w_o, num_heads, positions, theta),
+    expect_close(got, oracles.rope_attention(x, w_q, w_k, w_v, w_o, num_heads, positions, theta),
                  f"{call} ({case[4] or 'default'} positions)",
                  bugs=bugs.rope_self_attention(*args, token_positions=positions), reference="PyTorch")
 
@@ -515,11 +469,9 @@ def test_rope_attention_gradients(submission, inputs):
     upstream = inputs.randn(2, 5, 8)
     (got, grads), call = run_with_gradients(submission, "rope_self_attention", args,
                                             {"token_positions": positions}, [4, 5, 6, 7, 8], None, upstream)
-    expect_close(got, _attention_oracle(tensors[4], *tensors[:4], num_heads, positions, theta), call,
+    expect_close(got, oracles.rope_attention(tensors[4], *tensors[:4], num_heads, positions, theta), call,
                  reference="PyTorch")
-    expected = oracles.gradients(
-        lambda w_q, w_k, w_v, w_o, x: _attention_oracle(x, w_q, w_k, w_v, w_o, num_heads, positions, theta),
-        tensors, [0, 1, 2, 3, 4], upstream)
+    expected = oracles.rope_attention_gradients(tensors[4], *tensors[:4], num_heads, positions, theta, upstream)
     expect_gradients(grads, expected, ("w_q", "w_k", "w_v", "w_o", "x"), call)
 
 
