@@ -215,6 +215,7 @@ def grouped_query_attention(q, k, v, mask=None):
 
 def test_the_enable_gqa_check_skips_on_a_torch_without_it(monkeypatch):
     from grader.checks import test_ch06_grouped_query_attention as checks
+    from grader.oracles import ch06 as oracles
 
     real = F.scaled_dot_product_attention
 
@@ -224,13 +225,13 @@ def test_the_enable_gqa_check_skips_on_a_torch_without_it(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", torch_2_4)
-    checks._sdpa_has_enable_gqa.cache_clear()
+    oracles.has_enable_gqa.cache_clear()
     try:
-        assert not checks._sdpa_has_enable_gqa()
+        assert not oracles.has_enable_gqa()
         with pytest.raises(pytest.skip.Exception, match="has no enable_gqa"):
             checks.test_gqa_matches_pytorch_enable_gqa(None, None, None, checks.GQA_CASES[0])
     finally:
-        checks._sdpa_has_enable_gqa.cache_clear()
+        oracles.has_enable_gqa.cache_clear()
 
 
 def test_a_module_that_mixes_up_heads_in_the_output_fails_only_the_module(grade_source):

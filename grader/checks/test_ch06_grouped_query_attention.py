@@ -15,20 +15,16 @@ The head-order checks name the K/V head each query head actually used:
 two K/V head 1 instead of 0, and the message says so.
 """
 
-from functools import cache
-
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from grader.oracles import common as oracles  # until this chapter's oracles move
 from grader.checks import (
     case_ids,
     exercise,
     expect_attention,
     expect_gradients,
     expect_raises,
+    Oracles,
     portability_check,
     portable,
     reference_module_call,
@@ -48,56 +44,8 @@ from grader.compare import (
 )
 from grader.module_calls import ModuleCall
 
-# -- oracles written here: one query head at a time, PyTorch's own GQA and MHA ----------------
-
-
-@cache
-def _sdpa_has_enable_gqa() -> bool:
-    """Whether this torch's F.scaled_dot_product_attention takes enable_gqa (torch >= 2.5)."""
-    one = torch.zeros(1, 1, 1, 1)
-    try:
-        F.scaled_dot_product_attention(torch.zeros(1, 2, 1, 1), one, one, enable_gqa=True)
-    except (TypeError, RuntimeError):
-        return False
-    return True
-
-
-def _per_query_head(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, head: int):
-    """The ``(B, L, S)`` slice of a mask broadcast to the scores ``(B, H_q, L, S)``."""
-    if mask is None:
-        return None
-    batch, num_query_heads, length, _ = q.shape
-    return torch.broadcast_to(mask, (batch, num_query_heads, length, k.shape[-2]))[:, head]
-
-
-def _head_with(q, k, v, head: int, kv_head: int, mask=None):
-    """``(output, weights)`` of query head ``head`` attending with K/V head ``kv_head``."""
-    return oracles.attention(q[:, head], k[:, kv_head], v[:, kv_head], _per_query_head(mask, q, k, head))
-
-
-def _head_loop(q, k, v, mask=None):
-    """``(output, weights)``: query head h with K/V head h // group, one head at a
-    time with F.scaled_dot_product_attention (no repeat of any kind)."""
-    group = q.shape[1] // k.shape[1]
-    heads = [_head_with(q, k, v, h, h // group, mask) for h in range(q.shape[1])]
-    return torch.stack([o for o, _ in heads], dim=1), torch.stack([w for _, w in heads], dim=1)
-
-
-def _heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    batch, length, _ = t.shape
-    return t.view(batch, length, num_heads, -1).transpose(1, 2)  # (B, H, T, d)
-
-
-def _module_oracle(state: dict, num_heads: int, num_kv_heads: int, x, mask=None):
-    """GroupedQueryAttention from F.linear and the loop over query heads."""
-    def project(name: str, heads: int):
-        return _heads(F.linear(x, state[f"{name}.weight"], state.get(f"{name}.bias")), heads)
-
-    q, k, v = project("q_proj", num_heads), project("k_proj", num_kv_heads), project("v_proj", num_kv_heads)
-    output, _ = _head_loop(q, k, v, mask)  # (B, H_q, T, d)
-    merged = output.transpose(1, 2).reshape(*x.shape[:-1], -1)  # (B, T, H_q * d)
-    return F.linear(merged, state["out_proj.weight"], state.get("out_proj.bias"))
-
+# A loop over query heads, PyTorch's own GQA and MHA (grader/oracles/ch06.py).
+oracles = Oracles("ch06")
 
 def _groups_text(num_query_heads: int, num_kv_heads: int) -> str:
     group = num_query_heads // num_kv_heads
@@ -162,8 +110,7 @@ def test_expand_gives_query_head_h_kv_head_h_over_group(submission, bugs, inputs
     kv = inputs.randn(*shape)
     got, call = run(submission, "expand_kv_heads", kv, num_query_heads)
     lookalikes = bugs.expand_kv_heads(kv, num_query_heads)
-    group = num_query_heads // shape[1]
-    expected = torch.stack([kv[:, h // group] for h in range(num_query_heads)], dim=1)  # (B, H_q, S, d)
+    expected = oracles.expand_by_index(kv, num_query_heads)  # (B, H_q, S, d)
     expect_like(got, expected, call)
     if not _expect_head_order(got, lambda h, j: kv[:, j], shape[1], call, lookalikes):
         expect_close(got, expected, call, bugs=lookalikes, reference="kv[:, h // group] for every h")
@@ -233,13 +180,13 @@ def test_gqa_matches_reference(submission, reference, bugs, inputs, case):
 @pytest.mark.parametrize("case", GQA_CASES[:4], ids=case_ids(GQA_CASES[:4]))
 def test_gqa_matches_pytorch_enable_gqa(submission, bugs, inputs, case):
     """matches F.scaled_dot_product_attention(q, k, v, enable_gqa=True)"""
-    if not _sdpa_has_enable_gqa():
+    if not oracles.has_enable_gqa():
         pytest.skip(f"torch {torch.__version__} has no enable_gqa (torch >= 2.5); "
                     "the loop over query heads checks the same")
     q, k, v = _gqa_inputs(inputs, case)
     got, call = run(submission, "grouped_query_attention", q, k, v)
     output, _ = unpack(got, ("output", "weights"), call)
-    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    expected = oracles.enable_gqa_attention(q, k, v)
     expect_close(output, expected, f"output of {call}",
                  bugs=bugs.grouped_query_attention(q, k, v).part(0),
                  reference="F.scaled_dot_product_attention(..., enable_gqa=True)")
@@ -253,14 +200,16 @@ def test_gqa_query_head_uses_kv_head_h_over_group(submission, bugs, inputs, case
     got, call = run(submission, "grouped_query_attention", q, k, v)
     lookalikes = bugs.grouped_query_attention(q, k, v)
     output, weights = unpack(got, ("output", "weights"), call)
-    expected_output, expected_weights = _head_loop(q, k, v)
+    expected_output, expected_weights = oracles.head_loop(q, k, v)
+    # Query head h with K/V head j, for every h and j: (B, H_q, H_kv, L, d_v) and (B, H_q, H_kv, L, S).
+    pair_outputs, pair_weights = oracles.head_with_each_kv_head(q, k, v)
     expect_like(weights, expected_weights, f"weights of {call}")
-    if not _expect_head_order(weights, lambda h, j: _head_with(q, k, v, h, j)[1], k.shape[1],
+    if not _expect_head_order(weights, lambda h, j: pair_weights[:, h, j], k.shape[1],
                               f"weights of {call}", lookalikes.part(1)):
         expect_close(weights, expected_weights, f"weights of {call}", bugs=lookalikes.part(1),
                      reference="a loop over query heads, head h with K/V head h // group")
     expect_like(output, expected_output, f"output of {call}")
-    if not _expect_head_order(output, lambda h, j: _head_with(q, k, v, h, j)[0], k.shape[1],
+    if not _expect_head_order(output, lambda h, j: pair_outputs[:, h, j], k.shape[1],
                               f"output of {call}", lookalikes.part(0)):
         expect_close(output, expected_output, f"output of {call}", bugs=lookalikes.part(0),
                      reference="a loop over query heads, head h with K/V head h // group")
@@ -302,7 +251,7 @@ def test_gqa_with_mask(submission, reference, bugs, inputs, kind):
     what = f"{call} (mask {kind}, True = may attend)"
     lookalikes = bugs.grouped_query_attention(q, k, v, mask=mask)
     expect_attention(got, reference.grouped_query_attention(q, k, v, mask=mask), what, lookalikes)
-    expect_attention(got, _head_loop(q, k, v, mask), what, lookalikes,
+    expect_attention(got, oracles.head_loop(q, k, v, mask), what, lookalikes,
                      reference="a loop over query heads with F.scaled_dot_product_attention")
 
 
@@ -313,7 +262,7 @@ def test_gqa_fully_masked_query_gets_zeros(submission, bugs, inputs):
     mask = inputs.mask(2, 4, 5, 7)
     mask[1, 3, 2] = False  # query 2 of query head 3 (group 1) of sequence 1
     got, call = run(submission, "grouped_query_attention", q, k, v, mask=mask)
-    expect_attention(got, _head_loop(q, k, v, mask), f"{call} where query [1, 3, 2] may attend to no key",
+    expect_attention(got, oracles.head_loop(q, k, v, mask), f"{call} where query [1, 3, 2] may attend to no key",
                      bugs.grouped_query_attention(q, k, v, mask=mask),
                      reference="F.scaled_dot_product_attention (zeros for that query)")
 
@@ -327,12 +276,8 @@ def test_gqa_gradients(submission, inputs):
     (got, grads), call = run_with_gradients(submission, "grouped_query_attention", [q, k, v],
                                             {"mask": mask}, [0, 1, 2], 0, upstream)
     output, _ = unpack(got, ("output", "weights"), call)
-
-    def loop(q, k, v):
-        return _head_loop(q, k, v, mask)[0]
-
-    expect_close(output, loop(q, k, v), f"output of {call}", reference="PyTorch")
-    expected = oracles.gradients(loop, [q, k, v], [0, 1, 2], upstream)
+    expect_close(output, oracles.head_loop(q, k, v, mask)[0], f"output of {call}", reference="PyTorch")
+    expected = oracles.head_loop_gradients(q, k, v, mask, upstream)
     expect_gradients(grads, expected, ("q", "k", "v"), call)
 
 
@@ -398,7 +343,7 @@ def test_module_matches_pytorch(submission, bugs, inputs, case):
     """matches F.linear projections and F.scaled_dot_product_attention on every query head"""
     x, state, recipe, num_heads, num_kv_heads = _module_inputs(inputs, case)
     got, call = run_module(submission, "GroupedQueryAttention", recipe, x)
-    expect_close(got, _module_oracle(state, num_heads, num_kv_heads, x), call,
+    expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x), call,
                  bugs=bugs.module("GroupedQueryAttention", recipe, x),
                  reference="F.linear and F.scaled_dot_product_attention, query head h with K/V head h // group")
 
@@ -409,14 +354,7 @@ def test_module_with_groups_of_one_is_nn_multihead_attention(submission, bugs, i
     """with num_kv_heads == num_heads, equals nn.MultiheadAttention holding the same weights"""
     x, state, recipe, num_heads, _ = _module_inputs(inputs, ("B2-T5-D12-Hq3-Hkv3", 2, 5, 12, 3, 3, bias))
     got, call = run_module(submission, "GroupedQueryAttention", recipe, x)
-    module = nn.MultiheadAttention(12, num_heads, bias=bias, batch_first=True)
-    theirs = {"in_proj_weight": torch.cat([state[f"{n}.weight"] for n in ("q_proj", "k_proj", "v_proj")]),
-              "out_proj.weight": state["out_proj.weight"]}
-    if bias:
-        theirs["in_proj_bias"] = torch.cat([state[f"{n}.bias"] for n in ("q_proj", "k_proj", "v_proj")])
-        theirs["out_proj.bias"] = state["out_proj.bias"]
-    module.load_state_dict(theirs)
-    expected = module.eval()(x, x, x, need_weights=False)[0].detach()
+    expected = oracles.multihead_attention_module(state, num_heads, x)
     expect_close(got, expected, call, bugs=bugs.module("GroupedQueryAttention", recipe, x),
                  reference="nn.MultiheadAttention")
 
@@ -464,7 +402,7 @@ def test_module_with_mask(submission, reference, bugs, inputs, kind):
     lookalikes = bugs.module("GroupedQueryAttention", recipe, x, mask=mask)
     expect_close(got, reference_module_call(reference, "GroupedQueryAttention", recipe, x, mask=mask), what,
                  bugs=lookalikes)
-    expect_close(got, _module_oracle(state, num_heads, num_kv_heads, x, mask), what, bugs=lookalikes,
+    expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x, mask), what, bugs=lookalikes,
                  reference="F.linear and F.scaled_dot_product_attention on every query head")
 
 
@@ -485,17 +423,12 @@ def test_module_gradient(submission, inputs):
     got, grads = submission.call("GroupedQueryAttention", (x,), {}, grad=grad, module=recipe)
     call = submission.call_text("GroupedQueryAttention", (x,), {}, module=recipe)
 
-    def oracle(t):
-        return _module_oracle(state, num_heads, num_kv_heads, t)
-
-    expect_close(got, oracle(x), call, reference="PyTorch")
-    expect_gradients(grads, oracles.gradients(oracle, [x], [0], upstream), ("x",), call)
+    expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x), call, reference="PyTorch")
+    expected = oracles.gqa_module_gradient(state, num_heads, num_kv_heads, x, upstream)
+    expect_gradients(grads, [expected], ("x",), call)
 
 
 # -- kv_cache_bytes ------------------------------------------------------------------------
-
-# Bytes of one number, written out here rather than read from torch.
-BYTES_PER_NUMBER = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.int8: 1}
 
 # (id, batch, seq_len, layers, H_kv, d, dtype): LLaMA-3-8B-like and 70B-like
 # configurations (32 and 80 layers, 8 K/V heads of width 128), small ones, an int8 cache.
@@ -507,11 +440,6 @@ CACHE_CASES = [
     ("B1-T1-L1-Hkv1-d1-fp64", 1, 1, 1, 1, 1, torch.float64),
     ("B4-T7-L5-Hkv3-d10-bf16", 4, 7, 5, 3, 10, torch.bfloat16),
 ]
-
-
-def _formula(batch, seq_len, num_layers, num_kv_heads, head_dim, dtype) -> int:
-    """2 (a key and a value) x B x T x layers x H_kv x d x bytes per number."""
-    return 2 * batch * seq_len * num_layers * num_kv_heads * head_dim * BYTES_PER_NUMBER[dtype]
 
 
 def _expect_bytes(got, expected: int, call: str, lookalikes, reference: str) -> None:
@@ -531,8 +459,8 @@ def test_cache_bytes_follow_the_formula(submission, bugs, case):
     """equals 2 (K and V) x batch x seq_len x layers x H_kv x head_dim x bytes per number"""
     args = case[1:]
     got, call = run(submission, "kv_cache_bytes", *args)
-    _expect_bytes(got, _formula(*args), call, bugs.kv_cache_bytes(*args), "2 x B x T x layers x H_kv x d x "
-                  f"{BYTES_PER_NUMBER[args[-1]]} bytes")
+    _expect_bytes(got, oracles.cache_bytes(*args), call, bugs.kv_cache_bytes(*args),
+                  f"2 x B x T x layers x H_kv x d x {args[-1].itemsize} bytes")
 
 
 @exercise("kv_cache_bytes")
@@ -549,7 +477,7 @@ def test_cache_shrinks_by_the_group_size(submission, bugs):
     """32 query heads: MHA (32 K/V heads), GQA with 8 and 4, MQA (1) cache 1, 1/4, 1/8 and 1/32 as much"""
     num_query_heads, config = 32, (1, 8192, 32)  # batch, tokens, layers of a LLaMA-3-8B-like model
     mha, call = run(submission, "kv_cache_bytes", *config, num_query_heads, 128, torch.bfloat16)
-    _expect_bytes(mha, _formula(*config, num_query_heads, 128, torch.bfloat16), call,
+    _expect_bytes(mha, oracles.cache_bytes(*config, num_query_heads, 128, torch.bfloat16), call,
                   bugs.kv_cache_bytes(*config, num_query_heads, 128, torch.bfloat16),
                   "2 x B x T x layers x H_kv x d x 2 bytes")
     for num_kv_heads in (8, 4, 1):
