@@ -21,15 +21,15 @@ must keep small is its reductions alone: no max or sum may combine more than
 one block of a row.
 """
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from grader.bugs.ch07 import BUGS
-from grader.checks import case_ids, exercise, portability_check, portable, run, run_measured
+from grader.checks import case_ids, exercise, Oracles, portability_check, portable, run, run_measured
 from grader.compare import expect_close, fail, shape_text, unpack
+
+# PyTorch's softmax and attention (grader/oracles/ch07.py).
+oracles = Oracles("ch07")
 
 WHOLE_MATRIX_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-score-matrix")
 WHOLE_ROW_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-row-at-once")
@@ -46,17 +46,6 @@ QUERY_BLOCKS_HINT = ("looks like the queries are taken a block at a time, each b
 _OPERATIONS = {"amax": "a max (amax)", "max": "a max", "sum": "a sum", "mean": "a mean",
                "logsumexp": "logsumexp", "_softmax": "softmax", "cumsum": "a running sum (cumsum)",
                "mv": "a matrix product", "mm": "a matrix product", "bmm": "a matrix product"}
-
-
-def _bottom_right(num_queries: int, num_keys: int) -> torch.Tensor:
-    """Chapter 4's causal mask, True = may attend: query i sees keys 0 .. i + S - L."""
-    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
-
-
-def _attention(q, k, v, causal: bool = False) -> torch.Tensor:
-    """PyTorch's attention; a query with no visible key gets zeros, as in this course."""
-    mask = _bottom_right(q.shape[-2], k.shape[-2]) if causal else None
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 # -- online_softmax ----------------------------------------------------------------------
@@ -82,7 +71,7 @@ def test_online_softmax_equals_torch_softmax(submission, bugs, inputs, case):
     _, shape, block_size = case
     x = 3 * inputs.randn(*shape)
     got, call = run(submission, "online_softmax", x, block_size)
-    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, block_size),
+    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, block_size),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -102,7 +91,7 @@ def test_online_softmax_when_the_max_grows_block_after_block(submission, bugs, i
     """rescales the running sum each time a block raises the max (rows that increase)"""
     x = torch.linspace(-4, 4, 12).repeat(2, 1) + 0.1 * inputs.randn(2, 12)  # (2, 12), max in every block
     got, call = run(submission, "online_softmax", x, 3)
-    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, 3),
+    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, 3),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -111,7 +100,7 @@ def test_online_softmax_large_logits(submission, bugs, inputs):
     """stays finite for logits in the thousands (exp is taken after subtracting the running max)"""
     x = 1000 * inputs.randn(3, 10)
     got, call = run(submission, "online_softmax", x, 4)
-    expect_close(got, torch.softmax(x, dim=-1), call, bugs=bugs.online_softmax(x, 4),
+    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, 4),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -125,7 +114,7 @@ def test_online_softmax_reads_one_block_at_a_time(submission, inputs):
         fail(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
              f"(of a {shape_text(widest.shape)} tensor); the running max and sum read one block of "
              f"{block_size} at a time", hint=WHOLE_ROW_HINT)
-    expect_close(got, torch.softmax(x, dim=-1), call, reference="torch.softmax(x, dim=-1)")
+    expect_close(got, oracles.softmax(x), call, reference="torch.softmax(x, dim=-1)")
 
 
 # -- tiled_attention -----------------------------------------------------------------------
@@ -165,7 +154,7 @@ def test_tiled_equals_pytorch_attention(submission, bugs, inputs, case):
     q, k, v = _tiled_inputs(inputs, case)
     block_size, causal = case[-2:]
     got, call = run(submission, "tiled_attention", q, k, v, block_size, causal=causal)
-    expect_close(got, _attention(q, k, v, causal), call,
+    expect_close(got, oracles.attention(q, k, v, causal), call,
                  bugs=bugs.tiled_attention(q, k, v, block_size, causal=causal),
                  reference=_causal_text(causal, q.shape[-2], k.shape[-2]))
 
@@ -192,7 +181,8 @@ def test_tiled_large_logits(submission, bugs, inputs, causal):
     q, k = (30 * inputs.randn(2, n, 8, dtype=torch.float64) for n in (6, 10))  # (2, 6, 8), (2, 10, 8)
     v = inputs.randn(2, 10, 8, dtype=torch.float64)  # (2, 10, 8)
     got, call = run(submission, "tiled_attention", q, k, v, 3, causal=causal)
-    expect_close(got, _attention(q, k, v, causal), call, bugs=bugs.tiled_attention(q, k, v, 3, causal=causal),
+    expect_close(got, oracles.attention(q, k, v, causal), call,
+                 bugs=bugs.tiled_attention(q, k, v, 3, causal=causal),
                  reference=_causal_text(causal, 6, 10), rtol=1e-2)
 
 
@@ -214,7 +204,7 @@ def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
         fail(f"{call} built a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); tiled "
              f"attention keeps at most {shape_text((length, block_size))} at a time "
              f"({length * block_size:,} scores)", hint=WHOLE_MATRIX_HINT)
-    expect_close(got, _attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
+    expect_close(got, oracles.attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
 
 
 @exercise("tiled_attention")
@@ -233,19 +223,10 @@ def test_tiled_reads_the_keys_block_by_block(submission, inputs, causal):
              f"(of a {shape_text(widest.shape)} tensor); tiled attention reads the keys {block_size} at "
              f"a time: each max and sum of scores, and each weights @ values, over one block of keys, "
              f"with a running max and sum carried from block to block", hint=QUERY_BLOCKS_HINT)
-    expect_close(got, _attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
+    expect_close(got, oracles.attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
 
 
 # -- merge_attention -----------------------------------------------------------------------
-
-
-def _part(q, k, v):
-    """``(output, lse)`` of attention over these keys: PyTorch's output, and the log of the
-    sum of exp(score) (``-inf`` with no key)."""
-    if k.shape[-2] == 0:
-        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q.new_full(q.shape[:-1], float("-inf"))
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S_part)
-    return F.scaled_dot_product_attention(q, k, v), torch.logsumexp(scores, dim=-1)
 
 
 def _merge_inputs(inputs, case, logit_scale: float = 1.0):
@@ -254,13 +235,6 @@ def _merge_inputs(inputs, case, logit_scale: float = 1.0):
     q = logit_scale * inputs.randn(*batch, num_queries, width)
     k = logit_scale * inputs.randn(*batch, num_keys, width)
     return q, k, inputs.randn(*batch, num_keys, width), split
-
-
-def _split_parts(q, k, v, split: int):
-    """``(out_a, lse_a, out_b, lse_b)``: keys ``0 .. split - 1`` and the rest."""
-    out_a, lse_a = _part(q, k[..., :split, :], v[..., :split, :])
-    out_b, lse_b = _part(q, k[..., split:, :], v[..., split:, :])
-    return out_a, lse_a, out_b, lse_b
 
 
 # (id, batch dims, L, S, d, split): keys 0 .. split - 1 in part A, the rest in part B.
@@ -277,9 +251,9 @@ MERGE_CASES = [
 def test_merge_equals_attention_over_all_keys(submission, bugs, inputs, case):
     """gives the output and log-sum-exp of attention over keys A and B together"""
     q, k, v, split = _merge_inputs(inputs, case)
-    parts = _split_parts(q, k, v, split)
+    parts = oracles.split_parts(q, k, v, split)
     got, call = run(submission, "merge_attention", *parts)
-    _expect_merged(got, call, _part(q, k, v), bugs.merge_attention(*parts),
+    _expect_merged(got, call, oracles.attention_with_lse(q, k, v), bugs.merge_attention(*parts),
                    "F.scaled_dot_product_attention and torch.logsumexp over all the keys")
 
 
@@ -288,7 +262,7 @@ def test_merge_equals_attention_over_all_keys(submission, bugs, inputs, case):
 def test_merge_matches_reference(submission, reference, bugs, inputs, case):
     """matches the reference"""
     q, k, v, split = _merge_inputs(inputs, case)
-    parts = _split_parts(q, k, v, split)
+    parts = oracles.split_parts(q, k, v, split)
     got, call = run(submission, "merge_attention", *parts)
     _expect_merged(got, call, reference.merge_attention(*parts), bugs.merge_attention(*parts),
                    "the reference")
@@ -298,10 +272,10 @@ def test_merge_matches_reference(submission, reference, bugs, inputs, case):
 def test_merge_large_scores(submission, bugs, inputs):
     """stays finite when the log-sum-exps are in the hundreds (exp of them overflows)"""
     q, k, v, split = _merge_inputs(inputs, MERGE_CASES[0], logit_scale=12.0)
-    parts = _split_parts(q.double(), k.double(), v.double(), split)
+    parts = oracles.split_parts(q.double(), k.double(), v.double(), split)
     parts = [part.float() for part in parts]
     got, call = run(submission, "merge_attention", *parts)
-    expected = [part.float() for part in _part(q.double(), k.double(), v.double())]
+    expected = [part.float() for part in oracles.attention_with_lse(q.double(), k.double(), v.double())]
     _expect_merged(got, call, expected, bugs.merge_attention(*parts),
                    "attention over all the keys, in float64")
 
@@ -310,9 +284,9 @@ def test_merge_large_scores(submission, bugs, inputs):
 def test_merge_with_an_empty_part(submission, bugs, inputs):
     """a part with no keys (lse -inf, output 0) leaves the other part as it is"""
     q, k, v, _ = _merge_inputs(inputs, MERGE_CASES[0])
-    parts = _split_parts(q, k, v, 0)  # part A has no key
+    parts = oracles.split_parts(q, k, v, 0)  # part A has no key
     got, call = run(submission, "merge_attention", *parts)
-    _expect_merged(got, call, _part(q, k, v), bugs.merge_attention(*parts),
+    _expect_merged(got, call, oracles.attention_with_lse(q, k, v), bugs.merge_attention(*parts),
                    "part B alone (part A has no key)")
 
 
@@ -330,5 +304,5 @@ test_would_run_on_a_gpu = portability_check([
     portable("tiled_attention", lambda inputs: (
         _tiled_inputs(inputs, TILED_CASES[2]) + (4,), {"causal": True})),
     portable("merge_attention", lambda inputs: (
-        _split_parts(*_merge_inputs(inputs, MERGE_CASES[0])[:3], 3), {})),
+        oracles.split_parts(*_merge_inputs(inputs, MERGE_CASES[0])[:3], 3), {})),
 ])
