@@ -2,7 +2,7 @@
 
 ``TransformerBlock`` and ``TinyLM`` are loaded with the same random weights
 (by the ``state_dict`` names of their docstrings) as the reference and as an
-oracle written here from PyTorch's functions (``F.layer_norm``, ``F.linear``,
+oracle written from PyTorch's functions (``F.layer_norm``, ``F.linear``,
 ``F.scaled_dot_product_attention`` with ``is_causal=True``, ``F.gelu``), and
 run on inputs whose last token is then changed: no earlier output may move.
 On a mismatch, known wrong implementations are run on the same inputs and a
@@ -25,10 +25,22 @@ import torch.nn.functional as F
 
 from grader.bugs.ch08 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.checks import case_ids, exercise, portability_check, portable, reference_module_call, run, run_module
+from grader.checks import (
+    case_ids,
+    exercise,
+    Oracles,
+    portability_check,
+    portable,
+    reference_module_call,
+    run,
+    run_module,
+)
 from grader.compare import describe, expect_close, expect_true, fail, shape_text, unpack
 from grader.module_calls import ModuleCall
 from grader.wire import ModuleState
+
+# The block and the model from PyTorch's functions (grader/oracles/ch08.py).
+oracles = Oracles("ch08")
 
 TEXT = COURSE_ROOT / "chapters" / find_chapter("ch08").folder / "text.txt"
 TRAIN_STEPS = 200
@@ -40,7 +52,7 @@ SEES_THE_ANSWER = 0.8  # a model that sees its target ends below 0.1
 HINTS = {bug.name: bug.hint for bug in BUGS if bug.exercise == "train"}
 
 
-# -- weights in the course's names, and the oracle built from them ----------------------------
+# -- weights in the course's names ------------------------------------------------------------
 
 
 def _linear(inputs, prefix: str, d_out: int, d_in: int) -> dict:
@@ -71,32 +83,6 @@ def _model_state(inputs, vocab_size: int, d_model: int, num_layers: int, context
     state.update(_norm(inputs, "ln_f", d_model))
     state.update(_linear(inputs, "head", vocab_size, d_model))
     return state
-
-
-def _block_oracle(state: dict, num_heads: int, x: torch.Tensor, prefix: str = "") -> torch.Tensor:
-    """PyTorch's functions on the block's weights: ``(B, T, D)`` to ``(B, T, D)``."""
-    def w(name):
-        return state[prefix + name]
-
-    batch, length, d_model = x.shape
-    normed = F.layer_norm(x, (d_model,), w("ln1.weight"), w("ln1.bias"))
-    q, k, v = F.linear(normed, w("qkv.weight"), w("qkv.bias")).split(d_model, dim=-1)  # 3 x (B, T, D)
-    q, k, v = (t.reshape(batch, length, num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, d)
-    x = x + F.linear(heads.transpose(1, 2).reshape(batch, length, d_model), w("proj.weight"), w("proj.bias"))
-    hidden = F.gelu(F.linear(F.layer_norm(x, (d_model,), w("ln2.weight"), w("ln2.bias")),
-                             w("mlp.0.weight"), w("mlp.0.bias")))  # (B, T, 4 D)
-    return x + F.linear(hidden, w("mlp.2.weight"), w("mlp.2.bias"))
-
-
-def _model_oracle(state: dict, num_heads: int, num_layers: int, tokens: torch.Tensor) -> torch.Tensor:
-    """``(B, T)`` tokens to ``(B, T, V)`` logits, from PyTorch's functions."""
-    positions = torch.arange(tokens.shape[1])
-    x = F.embedding(tokens, state["tok_emb.weight"]) + F.embedding(positions, state["pos_emb.weight"])
-    for layer in range(num_layers):
-        x = _block_oracle(state, num_heads, x, f"blocks.{layer}.")
-    x = F.layer_norm(x, (x.shape[-1],), state["ln_f.weight"], state["ln_f.bias"])
-    return F.linear(x, state["head.weight"], state["head.bias"])
 
 
 def _parameter_listing(shapes: dict) -> str:
@@ -164,7 +150,7 @@ def test_block_matches_pytorch(submission, bugs, inputs, case):
     """equals x + attn(LayerNorm(x)), then + MLP(LayerNorm(.)), from F.scaled_dot_product_attention(is_causal=True)"""
     x, state, recipe, num_heads = _block_inputs(inputs, case)
     got, call = run_module(submission, "TransformerBlock", recipe, x)
-    expect_close(got, _block_oracle(state, num_heads, x), call, bugs=bugs.module("TransformerBlock", recipe, x),
+    expect_close(got, oracles.block(state, num_heads, x), call, bugs=bugs.module("TransformerBlock", recipe, x),
                  reference="F.layer_norm, F.linear, F.scaled_dot_product_attention(is_causal=True) and F.gelu")
 
 
@@ -222,7 +208,7 @@ def test_model_matches_pytorch(submission, bugs, inputs, case):
     """equals embeddings + positions, the blocks, ln_f and head written with PyTorch's functions"""
     tokens, state, recipe, num_heads, num_layers = _model_inputs(inputs, case)
     got, call = run_module(submission, "TinyLM", recipe, tokens)
-    expect_close(got, _model_oracle(state, num_heads, num_layers, tokens), call,
+    expect_close(got, oracles.model(state, num_heads, num_layers, tokens), call,
                  bugs=bugs.module("TinyLM", recipe, tokens),
                  reference="F.embedding, PyTorch's causal attention blocks, F.layer_norm and F.linear")
 
@@ -285,15 +271,6 @@ def _trained(got, call: str, steps: int) -> tuple[ModuleState, list[float]]:
     return model, list(losses)
 
 
-def _text_windows() -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole text cut into windows of train's default context: inputs and their next
-    tokens, ``(windows, context)`` each."""
-    tokens, _ = _text_tokens()
-    windows = (len(tokens) - 1) // TRAIN_CONTEXT
-    inputs = tokens[:windows * TRAIN_CONTEXT].view(windows, TRAIN_CONTEXT)
-    return inputs, tokens[1:windows * TRAIN_CONTEXT + 1].view(windows, TRAIN_CONTEXT)
-
-
 @exercise("train")
 def test_train_returns_one_float_a_step_and_repeats_with_the_seed(submission):
     """returns one float a step, starting near ln(V), and the same losses for the same seed"""
@@ -307,9 +284,12 @@ def test_train_returns_one_float_a_step_and_repeats_with_the_seed(submission):
     again, _ = run(submission, "train", tokens, vocab_size, 5, seed=3)
     _, losses_again = _trained(again, call, 5)
     if losses_again != losses:
-        fail(f"{call} gave {', '.join(f'{x:.4f}' for x in losses)} and then "
-             f"{', '.join(f'{x:.4f}' for x in losses_again)}: call torch.manual_seed(seed) first, before "
-             f"building the model and drawing the batches", hint=HINTS["not-seeded"])
+        # The step where they part, not their values: code that seeds nothing draws from the
+        # worker's random state, another at every grade, and the message should not change with it.
+        first = next(step for step, (one, two) in enumerate(zip(losses, losses_again)) if one != two)
+        fail(f"{call}, called twice, gave losses that differ from step {first}: call "
+             f"torch.manual_seed(seed) first, before building the model and drawing the batches",
+             hint=HINTS["not-seeded"])
 
 
 @exercise("train")
@@ -345,7 +325,7 @@ def test_train_returns_the_model_it_trained(submission):
     state = {key: value for key, value in model.state.items() if isinstance(value, torch.Tensor)}
     init = {"vocab_size": vocab_size, "d_model": TRAIN_D_MODEL, "num_heads": TRAIN_HEADS, "num_layers": 1,
             "context": TRAIN_CONTEXT}
-    windows, targets = _text_windows()
+    windows, targets = oracles.text_windows(tokens, TRAIN_CONTEXT)  # (windows, context) each
     logits, model_call = run_module(submission, "TinyLM", ModuleCall(init_kwargs=init, state=state), windows)
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (*windows.shape, vocab_size):
         fail(f"{model_call} with the weights train returned gave {describe(logits)}; expected logits of "
