@@ -6,7 +6,7 @@ query), against independent oracles (a loop over query heads with
 ``F.scaled_dot_product_attention``, the same function with
 ``enable_gqa=True`` where the installed torch has it, ``nn.MultiheadAttention``
 when every query head has its own K/V head, the KV-cache formula written
-here), against properties (which K/V head each query head uses, the cache
+out), against properties (which K/V head each query head uses, the cache
 shrinking by H_q / H_kv, gradients in float64) and, on a mismatch, against
 known wrong implementations, whose hint then goes with the failure.
 
