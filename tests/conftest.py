@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.bugs import KnownBug
 from grader.catalog import COURSE_ROOT, Chapter, find_chapter
 from grader.grading import GradeReport, grade
 from grader.known_bugs import function_span
@@ -105,3 +106,29 @@ class NoScan:
 
     def findings(self, exercise: str, forbidden) -> list:
         return []
+
+
+# A "bug" that changes nothing: no check can catch it, so verify must say so.
+HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
+                    "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
+WORK = COURSE_ROOT / "exercises" / "ch01_self_attention.py"
+VERIFY_SEED = 7
+
+
+@pytest.fixture(scope="session")
+def verification():
+    """One verify run over the whole course (seed ``VERIFY_SEED``), with the
+    harmless bug added, in a tree whose exercises/ holds a student's
+    finished chapter 1. Shared: test_verify reads it, and test_release
+    compares the student edition's with it."""
+    from grader.known_bugs import KNOWN_BUGS
+    from grader.verify import verify
+
+    stub = WORK.read_bytes()
+    try:
+        WORK.write_bytes((COURSE_ROOT / "solutions" / WORK.name).read_bytes())
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
+            return verify(seed=VERIFY_SEED, jobs=2)
+    finally:
+        WORK.write_bytes(stub)

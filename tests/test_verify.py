@@ -1,34 +1,12 @@
 """``mha-course verify`` proves the course's checks, and reports every gap."""
 
-import pytest
 from rich.console import Console
 
-from grader.bugs import KnownBug
-from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from conftest import HARMLESS, WORK
+from grader.catalog import CHAPTERS, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 from grader.report import print_verification
-from grader.verify import MIN_BUGS, ExerciseAudit, verify
-
-# A "bug" that changes nothing: no check can catch it, so verify must say so.
-HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
-                    "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
-
-
-WORK = COURSE_ROOT / "exercises" / "ch01_self_attention.py"
-
-
-@pytest.fixture(scope="module")
-def verification():
-    """One verify run over the whole course, with the harmless bug added, in
-    a tree whose exercises/ holds a student's finished chapter 1."""
-    stub = WORK.read_bytes()
-    try:
-        WORK.write_bytes((COURSE_ROOT / "solutions" / WORK.name).read_bytes())
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
-            return verify(seed=7, jobs=2)
-    finally:
-        WORK.write_bytes(stub)
+from grader.verify import MIN_BUGS, ExerciseAudit
 
 
 def test_work_in_exercises_is_named_in_one_line_and_is_no_gap(verification):
