@@ -6,10 +6,10 @@ code that computes an exercise's answer: no ``solutions/`` folder, no
 independent oracles (``grader/oracles/``), and the known-bug catalog keeps
 each bug's hint but not its ``old``/``new`` lines (they are edits of
 solution lines). What the checks ask of the reference and the oracles is
-recorded instead (``grader.recorded``): the reference solutions are graded once per seed, in
-processes forked from this one, with every call written down, and the
-recordings go to ``DIR/grader/recorded/`` only; nothing generated lands in
-the instructor's tree.
+recorded instead (``grader.recorded``): the reference solutions are graded
+once per seed, in processes forked from this one, with every call written
+down, and the recordings go to ``DIR/grader/recorded/`` only; nothing
+generated lands in the instructor's tree.
 """
 
 from __future__ import annotations
