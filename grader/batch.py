@@ -53,8 +53,15 @@ from rich.table import Table
 from rich.text import Text
 
 from grader import isolation, reaping
-from grader.catalog import CHAPTERS, COURSE_ROOT, SUBMISSION_SUFFIXES, Chapter, UnknownChapter
-from grader.finding import Found, chapter_in_name, find_chapters, submission_files
+from grader.catalog import (
+    CHAPTERS,
+    COURSE_ROOT,
+    SUBMISSION_SUFFIXES,
+    Chapter,
+    UnknownChapter,
+    chapter_in_name,
+)
+from grader.finding import Found, find_chapters, submission_files
 from grader.gradescope import with_missing_chapters
 from grader.isolation import Limits
 

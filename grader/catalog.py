@@ -364,14 +364,36 @@ def find_chapter(target: str) -> Chapter:
 SUBMISSION_SUFFIXES = (".py", ".ipynb")  # what can be graded: a file or a notebook
 
 
+CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
+
+
+def chapter_in_name(name: str) -> Chapter | None:
+    """The chapter a file name gives with ``chNN`` as a word of it
+    (``ch01_self_attention.py``, ``alice_ch01.ipynb``, ``Bob-CH3.py``), or
+    None when it names none (``rich01.py``, ``attention.py``). The one rule
+    for ``grade FILE``, ``check()`` in Jupyter, ``batch`` and Gradescope.
+
+    Raises:
+        UnknownChapter: the name gives a number the course has no chapter for.
+    """
+    match = CHAPTER_IN_NAME.search(name.lower())
+    if match is None:
+        return None
+    for chapter in CHAPTERS:
+        if chapter.number == int(match.group(1)):
+            return chapter
+    known = ", ".join(chapter.id for chapter in CHAPTERS)
+    raise UnknownChapter(f"{name} names chapter {match.group(0)}, which the course does not have "
+                         f"(known: {known})")
+
+
 def chapter_for_file(path: Path) -> Chapter:
-    """The chapter a submitted file belongs to, from its name (``ch01_*.py``)."""
-    match = re.match(r"ch(\d+)", path.stem.lower())
-    if match:
-        for chapter in CHAPTERS:
-            if chapter.number == int(match.group(1)):
-                return chapter
-    raise UnknownChapter(
-        f"cannot tell which chapter {path.name} is for: name it like "
-        f"{CHAPTERS[0].module}{path.suffix or '.py'}"
-    )
+    """The chapter a submitted file belongs to, from its name
+    (``chapter_in_name``); UnknownChapter when the name gives none."""
+    chapter = chapter_in_name(path.name)
+    if chapter is None:
+        raise UnknownChapter(
+            f"cannot tell which chapter {path.name} is for: name it like "
+            f"{CHAPTERS[0].module}{path.suffix or '.py'}"
+        )
+    return chapter

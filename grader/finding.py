@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.catalog import CHAPTERS, SUBMISSION_SUFFIXES, Chapter, UnknownChapter
+from grader.catalog import CHAPTERS, SUBMISSION_SUFFIXES, Chapter, UnknownChapter, chapter_in_name
 
 # A statement, at the start of its line: a docstring that says "the lines
 # that raise NotImplementedError" is no exercise left to write.
@@ -83,26 +83,6 @@ MAX_FOLDER_DEPTH = 3  # folders inside folders looked through: ``alice/hw1/exerc
 # folders (``.git``, ``.ipynb_checkpoints``, whose ``-checkpoint`` copies
 # would otherwise count as chapter files) are skipped too.
 IGNORED_FOLDERS = {"__MACOSX", "__pycache__"}
-CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
-
-
-def chapter_in_name(name: str) -> Chapter | None:
-    """The chapter a file name gives with ``chNN`` as a word of it
-    (``ch01_self_attention.py``, ``alice_ch01.ipynb``, ``Bob-CH3.py``), or
-    None when it names none (``rich01.py``, ``attention.py``).
-
-    Raises:
-        UnknownChapter: the name gives a number the course has no chapter for.
-    """
-    match = CHAPTER_IN_NAME.search(name.lower())
-    if match is None:
-        return None
-    for chapter in CHAPTERS:
-        if chapter.number == int(match.group(1)):
-            return chapter
-    known = ", ".join(chapter.id for chapter in CHAPTERS)
-    raise UnknownChapter(f"{name} names chapter {match.group(0)}, which the course does not have "
-                         f"(known: {known})")
 
 
 def submission_files(folder: Path) -> tuple[list[Path], list[Path]]:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from grader import batch, gradescope, reaping
-from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, find_chapter
-from grader.finding import MAX_FOLDER_DEPTH, chapter_in_name, find_chapters
+from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
+from grader.finding import MAX_FOLDER_DEPTH, find_chapters
 from grader.gradescope import missing_reason, with_missing_chapters
 from grader.notebooks import notebook_text
 
