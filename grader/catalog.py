@@ -367,6 +367,12 @@ SUBMISSION_SUFFIXES = (".py", ".ipynb")  # what can be graded: a file or a noteb
 CHAPTER_IN_NAME = re.compile(r"(?<![a-z0-9])ch(\d+)")  # ``ch01`` in ``alice_ch01.py``, not ``rich01``
 
 
+def gradescope_test_name(chapter: Chapter, exercise: Exercise) -> str:
+    """An exercise's test in a Gradescope results.json (``report.results_json``
+    and the 0-point tests of chapters not submitted): ``ch01 softmax: ...``."""
+    return f"{chapter.id} {exercise.name}: {exercise.summary}"
+
+
 def chapter_in_name(name: str) -> Chapter | None:
     """The chapter a file name gives with ``chNN`` as a word of it
     (``ch01_self_attention.py``, ``alice_ch01.ipynb``, ``Bob-CH3.py``), or

@@ -66,7 +66,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grader import reaping
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter, gradescope_test_name
 from grader.finding import Found, find_chapters
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
@@ -377,7 +377,7 @@ def with_missing_chapters(results: dict, chapters: Sequence[Chapter],
     for chapter in chapters:
         reason = reasons.get(chapter.id) or missing_reason(chapter)
         for exercise in chapter.exercises:
-            name = f"{chapter.id} {exercise.name}: {exercise.summary}"  # as results_json names it
+            name = gradescope_test_name(chapter, exercise)
             tests.append(graded.get(name) or {"name": name, "score": 0, "max_score": exercise.points,
                                               "status": "failed", "output": reason, "visibility": "visible"})
     return {**results, "score": sum(test["score"] for test in tests),

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from grader.catalog import COURSE_ROOT
+from grader.catalog import COURSE_ROOT, gradescope_test_name
 from grader.grading import GradeReport
 from grader.verify import ExerciseAudit, Verification
 
@@ -98,7 +98,7 @@ def results_json(report: GradeReport) -> dict:
         if result.note:
             lines.append(f"note: {result.note}")
         tests.append({
-            "name": f"{result.chapter.id} {result.exercise.name}: {result.exercise.summary}",
+            "name": gradescope_test_name(result.chapter, result.exercise),
             "score": result.score,
             "max_score": result.exercise.points,
             "status": "passed" if result.status == "passed" else "failed",
