@@ -99,7 +99,7 @@ python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 # The CPU build of torch first: Gradescope has no GPU, and the default wheel
-# brings gigabytes of CUDA libraries. The course's own torch>=2.3 is then met.
+# brings gigabytes of CUDA libraries. The course's own torch range is then met.
 "$venv/bin/python" -m pip install -q --no-cache-dir torch --index-url https://download.pytorch.org/whl/cpu
 # Editable: the grader finds solutions/ next to grader/, where a regular
 # install into site-packages would not have it.

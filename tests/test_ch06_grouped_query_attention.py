@@ -133,10 +133,7 @@ def test_the_reference_is_pytorchs_grouped_query_attention(num_query_heads, num_
     expanded = [t.repeat_interleave(group, dim=1) for t in (k, v)]
     torch.testing.assert_close(output, F.scaled_dot_product_attention(q, *expanded, attn_mask=mask))
     torch.testing.assert_close(weights.sum(dim=-1), torch.ones(2, num_query_heads, 5, dtype=torch.float64))
-    try:
-        grouped = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    except TypeError:  # torch < 2.5
-        return
+    grouped = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(output, grouped)
 
 
@@ -211,27 +208,6 @@ def grouped_query_attention(q, k, v, mask=None):
     assert not any(title.startswith("matches the reference") for title in failed)  # right without masks
     assert "mask (2, 1, 5, 7) bool" in "\n".join(failed.values())  # the message shows the mask's shape
     assert statuses(report)["expand_kv_heads"] == "passed"
-
-
-def test_the_enable_gqa_check_skips_on_a_torch_without_it(monkeypatch):
-    from grader.checks import test_ch06_grouped_query_attention as checks
-    from grader.oracles import ch06 as oracles
-
-    real = F.scaled_dot_product_attention
-
-    def torch_2_4(*args, **kwargs):  # no enable_gqa keyword, as before torch 2.5
-        if "enable_gqa" in kwargs:
-            raise TypeError("scaled_dot_product_attention() got an unexpected keyword argument 'enable_gqa'")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", torch_2_4)
-    oracles.has_enable_gqa.cache_clear()
-    try:
-        assert not oracles.has_enable_gqa()
-        with pytest.raises(pytest.skip.Exception, match="has no enable_gqa"):
-            checks.test_gqa_matches_pytorch_enable_gqa(None, None, None, checks.GQA_CASES[0])
-    finally:
-        oracles.has_enable_gqa.cache_clear()
 
 
 def test_a_module_that_mixes_up_heads_in_the_output_fails_only_the_module(grade_source):

@@ -4,9 +4,8 @@ Every exercise is checked against the reference on several shapes (groups of
 one, two, three and four query heads; one K/V head; L != S; d_v != d; one
 query), against independent oracles (a loop over query heads with
 ``F.scaled_dot_product_attention``, the same function with
-``enable_gqa=True`` where the installed torch has it, ``nn.MultiheadAttention``
-when every query head has its own K/V head, the KV-cache formula written
-out), against properties (which K/V head each query head uses, the cache
+``enable_gqa=True``, ``nn.MultiheadAttention`` when every query head has its
+own K/V head, the KV-cache formula written out), against properties (which K/V head each query head uses, the cache
 shrinking by H_q / H_kv, gradients in float64) and, on a mismatch, against
 known wrong implementations, whose hint then goes with the failure.
 
@@ -180,9 +179,6 @@ def test_gqa_matches_reference(submission, reference, bugs, inputs, case):
 @pytest.mark.parametrize("case", GQA_CASES[:4], ids=case_ids(GQA_CASES[:4]))
 def test_gqa_matches_pytorch_enable_gqa(submission, bugs, inputs, case):
     """matches F.scaled_dot_product_attention(q, k, v, enable_gqa=True)"""
-    if not oracles.has_enable_gqa():
-        pytest.skip(f"torch {torch.__version__} has no enable_gqa (torch >= 2.5); "
-                    "the loop over query heads checks the same")
     q, k, v = _gqa_inputs(inputs, case)
     got, call = run(submission, "grouped_query_attention", q, k, v)
     output, _ = unpack(got, ("output", "weights"), call)

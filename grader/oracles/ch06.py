@@ -1,9 +1,8 @@
 """Chapter 6's oracles: a loop over query heads with
 ``F.scaled_dot_product_attention`` (no repeat of any kind), the same function
-with ``enable_gqa=True`` where the installed torch has it,
-``nn.MultiheadAttention`` when every query head has its own K/V head, the
-module from ``F.linear`` and the loop, gradients by autograd, and the
-KV-cache size written out.
+with ``enable_gqa=True``, ``nn.MultiheadAttention`` when every query head has
+its own K/V head, the module from ``F.linear`` and the loop, gradients by
+autograd, and the KV-cache size written out.
 
 Shapes: q ``(B, H_q, L, d)``, k ``(B, H_kv, S, d)``, v ``(B, H_kv, S, d_v)``
 with groups of ``H_q / H_kv`` query heads; a mask broadcastable to
@@ -15,8 +14,6 @@ biases of the same names when it has them.
 
 from __future__ import annotations
 
-from functools import cache
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,7 +21,7 @@ from torch import nn
 from grader.oracles.common import attention, gradients
 
 __all__ = ["attention", "cache_bytes", "enable_gqa_attention", "expand_by_index", "gqa_module",
-           "gqa_module_gradient", "has_enable_gqa", "head_loop", "head_loop_gradients",
+           "gqa_module_gradient", "head_loop", "head_loop_gradients",
            "head_with_each_kv_head", "multihead_attention_module", "split_heads"]
 
 
@@ -71,18 +68,6 @@ def expand_by_index(kv, num_query_heads):
     """``kv[:, h // group]`` for every query head h: ``(B, H_q, S, d)``."""
     group = num_query_heads // kv.shape[1]
     return torch.stack([kv[:, h // group] for h in range(num_query_heads)], dim=1)
-
-
-@cache
-def has_enable_gqa():
-    """Whether this torch's ``F.scaled_dot_product_attention`` takes
-    ``enable_gqa`` (torch >= 2.5)."""
-    one = torch.zeros(1, 1, 1, 1)
-    try:
-        F.scaled_dot_product_attention(torch.zeros(1, 2, 1, 1), one, one, enable_gqa=True)
-    except (TypeError, RuntimeError):
-        return False
-    return True
 
 
 def enable_gqa_attention(q, k, v):
