@@ -49,6 +49,14 @@ _ALONG_DIM = frozenset({
 # Ops that compare every entry with every other: finding the distinct values.
 _WHOLE_TENSOR = frozenset({"_unique", "_unique2", "unique_dim", "unique_consecutive",
                            "unique_dim_consecutive"})
+# The reductions ATen tags (``Tag.reduction``), by name: torch 2.5 has no such tag, and
+# the tag leaves out some ``out=`` overloads. An overload with an ``other`` tensor
+# (``max(a, b)``) is elementwise.
+_REDUCTION_TAG = getattr(torch.Tag, "reduction", None)
+_REDUCTIONS = frozenset({
+    "all", "amax", "amin", "aminmax", "any", "argmax", "argmin", "count_nonzero", "linalg_vector_norm",
+    "logsumexp", "max", "mean", "min", "nansum", "norm", "prod", "std", "std_mean", "sum", "var", "var_mean",
+})
 # Matrix products and distances, ``name: (operand, axes)``: one result entry sums over
 # these axes of that operand (``addmm(bias, a, b)`` over a's last; ``addbmm`` over the
 # batch too).
@@ -107,7 +115,7 @@ def _rule(func):
         return None
     if name in _PRODUCTS:
         return functools.partial(_contraction, *_PRODUCTS[name])
-    if torch.Tag.reduction in func.tags or name in _ALONG_DIM:
+    if _is_reduction(func, name, arguments) or name in _ALONG_DIM:
         return _along_dim
     if name in _WHOLE_TENSOR:
         return _whole_tensor
@@ -132,6 +140,12 @@ def _rule(func):
     if "reduction" in arguments:
         return _loss
     return None
+
+
+def _is_reduction(func, name: str, arguments: set[str]) -> bool:
+    if name in _REDUCTIONS and "other" not in arguments:
+        return True
+    return _REDUCTION_TAG is not None and _REDUCTION_TAG in func.tags
 
 
 class _Call:
