@@ -96,11 +96,14 @@ class Liar(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
-''', "max abs error"),
+''', ("max abs error",
+          # torch 2.5 cannot make the subclass under the worker's modes at all
+          "Creating a new Tensor subclass Liar")),
 ], ids=["eq-always-true", "lying-tensor-subclass"])
 def test_fake_results_do_not_pass(grade_source, definition, fragment):
     report = grade_source(replace_function(SOLUTION, "softmax", definition))
-    assert fragment in assert_fails_alone(report, "softmax")
+    message = assert_fails_alone(report, "softmax")
+    assert any(reason in message for reason in ((fragment,) if isinstance(fragment, str) else fragment))
 
 
 def test_an_escape_hatch_in_a_function_costs_the_exercises_that_reach_it(grade_source):
