@@ -93,7 +93,7 @@ def main() -> None:
         expected = pytorch_attention(q, k, v, causal)
         for name, function in [
             ("naive (whole T x T)", lambda: naive_attention(q, k, v, causal)),
-            (f"tiled, blocks of {options.block}", lambda: tiled(q, k, v, options.block, causal=causal)),
+            (f"tiled, blocks of {options.block}", lambda: tiled(q, k, v, options.block, causal=causal)[0]),
             ("F.scaled_dot_product_attention", lambda: pytorch_attention(q, k, v, causal)),
         ]:
             error = float((function() - expected).abs().max())

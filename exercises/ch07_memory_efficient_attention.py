@@ -72,16 +72,17 @@ def tiled_attention(
     v: torch.Tensor,
     block_size: int,
     causal: bool = False,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention over blocks of keys, with an online softmax.
 
     For each block of keys: its scores ``(..., L, block)``, the new running
     max ``m`` and sum ``l`` of every query, and the running output ``acc``
     (the weighted sum of values, not yet divided by ``l``), rescaled by
-    ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``.
+    ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``,
+    and the log-sum-exp ``m + log l`` that ``merge_attention`` needs.
 
-    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype; the result has
-    ``q``'s dtype (the course's precision rule).
+    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype; both results
+    have ``q``'s dtype (the course's precision rule).
 
     Args:
         q: queries, shape ``(..., L, d)``.
@@ -93,10 +94,16 @@ def tiled_attention(
             query that sees no key gets zeros, not NaN.
 
     Returns:
-        Shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``, without ever
-        making a tensor of ``L x S`` numbers. Finite for scores in the
-        thousands (no overflow), and as accurate as float32 rounding of
-        such scores allows.
+        ``(out, lse)``, without ever making a tensor of ``L x S`` numbers:
+
+        * ``out``, shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``;
+          zeros for a query that sees no key.
+        * ``lse``, shape ``(..., L)``: for each query, the log of the sum of
+          ``exp(score)`` over the keys it sees, ``score = q . k / sqrt(d)``
+          (masked keys left out); ``-inf`` for a query that sees no key.
+
+        Both finite for scores in the thousands (no overflow), and as
+        accurate as float32 rounding of such scores allows.
     """
     # YOUR CODE HERE
     raise NotImplementedError
@@ -112,8 +119,9 @@ def merge_attention(
 
     ``out_a`` is the attention output of some queries over keys A,
     ``lse_a`` the log of the sum of ``exp(score)`` over those keys (for each
-    query); the same for B. This is how the pieces of split-KV attention
-    (Flash-Decoding, ring attention) are put together.
+    query): what ``tiled_attention`` over keys A returns; the same for B.
+    This is how the pieces of split-KV attention (Flash-Decoding, ring
+    attention) are put together.
 
     Dtypes: the four tensors float32, one dtype; both results have
     ``out_a``'s dtype (the course's precision rule).

@@ -83,16 +83,17 @@ def tiled_attention(
     v: torch.Tensor,
     block_size: int,
     causal: bool = False,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention over blocks of keys, with an online softmax.
 
     For each block of keys: its scores ``(..., L, block)``, the new running
     max ``m`` and sum ``l`` of every query, and the running output ``acc``
     (the weighted sum of values, not yet divided by ``l``), rescaled by
-    ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``.
+    ``exp(m_old - m_new)`` whenever the max grows. At the end, ``acc / l``,
+    and the log-sum-exp ``m + log l`` that ``merge_attention`` needs.
 
-    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype; the result has
-    ``q``'s dtype (the course's precision rule).
+    Dtypes: ``q``, ``k``, ``v`` float32 or float64, one dtype; both results
+    have ``q``'s dtype (the course's precision rule).
 
     Args:
         q: queries, shape ``(..., L, d)``.
@@ -104,10 +105,16 @@ def tiled_attention(
             query that sees no key gets zeros, not NaN.
 
     Returns:
-        Shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``, without ever
-        making a tensor of ``L x S`` numbers. Finite for scores in the
-        thousands (no overflow), and as accurate as float32 rounding of
-        such scores allows.
+        ``(out, lse)``, without ever making a tensor of ``L x S`` numbers:
+
+        * ``out``, shape ``(..., L, d_v)``: ``softmax(q k^T / sqrt(d)) v``;
+          zeros for a query that sees no key.
+        * ``lse``, shape ``(..., L)``: for each query, the log of the sum of
+          ``exp(score)`` over the keys it sees, ``score = q . k / sqrt(d)``
+          (masked keys left out); ``-inf`` for a query that sees no key.
+
+        Both finite for scores in the thousands (no overflow), and as
+        accurate as float32 rounding of such scores allows.
     """
     # BEGIN SOLUTION
     num_queries, num_keys = q.shape[-2], k.shape[-2]
@@ -133,7 +140,11 @@ def tiled_attention(
         acc = acc * rescale + p @ v[..., start:end, :]  # (..., L, d_v)
         m = m_new
     # A query with no visible key has l = 0 and acc = 0: its output is 0, not 0 / 0.
-    return acc / l.masked_fill(l == 0, 1.0)  # (..., L, d_v)
+    out = acc / l.masked_fill(l == 0, 1.0)  # (..., L, d_v)
+    # l sums exp(score - m), so m + log l = log(sum of exp(score)), computed without exp of a
+    # score. A query with no visible key keeps m = -inf and l = 0: -inf + log 0 = -inf.
+    lse = m + torch.log(l)  # (..., L, 1)
+    return out, lse.squeeze(-1)  # (..., L, d_v), (..., L)
     # END SOLUTION
 
 
@@ -147,8 +158,9 @@ def merge_attention(
 
     ``out_a`` is the attention output of some queries over keys A,
     ``lse_a`` the log of the sum of ``exp(score)`` over those keys (for each
-    query); the same for B. This is how the pieces of split-KV attention
-    (Flash-Decoding, ring attention) are put together.
+    query): what ``tiled_attention`` over keys A returns; the same for B.
+    This is how the pieces of split-KV attention (Flash-Decoding, ring
+    attention) are put together.
 
     Dtypes: the four tensors float32, one dtype; both results have
     ``out_a``'s dtype (the course's precision rule).

@@ -9,6 +9,7 @@ ATen reduction combines (and nothing for elementwise ops, views, copies and inde
 the lesson's numbers are the reference's."""
 
 import importlib.util
+import math
 
 import pytest
 import torch
@@ -75,7 +76,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
         safe = torch.where(torch.isinf(new_lse), torch.zeros_like(new_lse), new_lse)
         out = out * torch.exp(lse - safe) + torch.exp(s - safe) @ vb
         lse = new_lse
-    return out
+    return out, lse.squeeze(-1)
 '''
 
 
@@ -86,7 +87,7 @@ FLASH2_TILED = '''
 def tiled_attention(q, k, v, block_size, causal=False):
     L, S = q.shape[-2], k.shape[-2]
     scale = q.shape[-1] ** -0.5
-    outputs = []
+    outputs, lses = [], []
     for q_start in range(0, L, block_size):
         q_blk = q[..., q_start:q_start + block_size, :]  # (..., Bq, d)
         rows = torch.arange(q_start, q_start + q_blk.shape[-2], device=q.device)[:, None] + S - L
@@ -109,7 +110,8 @@ def tiled_attention(q, k, v, block_size, causal=False):
             acc = alpha * acc + p @ v_blk
             m = m_new
         outputs.append(acc / torch.where(l == 0, torch.ones_like(l), l))
-    return torch.cat(outputs, dim=-2)
+        lses.append((m + torch.log(l)).squeeze(-1))
+    return torch.cat(outputs, dim=-2), torch.cat(lses, dim=-1)
 '''
 
 # FlashAttention-1's order: blocks of keys outside, blocks of queries inside, the state of
@@ -138,7 +140,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
             l[..., i:i + block_size] = correction * l_i + p.sum(dim=-1)
             out[..., i:i + block_size, :] = correction[..., None] * out[..., i:i + block_size, :] + p @ v_j
             m[..., i:i + block_size] = m_new
-    return out / torch.where(l == 0, torch.ones_like(l), l)[..., None]
+    return out / torch.where(l == 0, torch.ones_like(l), l)[..., None], m + torch.log(l)
 '''
 
 
@@ -147,6 +149,56 @@ def tiled_attention(q, k, v, block_size, causal=False):
 def test_correct_code_in_another_style_scores_full_marks(grade_source, code):
     report = grade_source(replace_function(SOLUTION, "tiled_attention", code), chapter="ch07")
     assert report.passed, [(r.exercise.name, r.reason) for r in report.exercises if r.status != "passed"]
+
+
+ROAD_CHECK = "merges the (out, lse) of your tiled_attention over two parts of the keys into attention over all"
+
+# The output alone, as tiled_attention was before it gave its log-sum-exp too.
+OUTPUT_ONLY = """
+def tiled_attention(q, k, v, block_size, causal=False):
+    L, S = q.shape[-2], k.shape[-2]
+    m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+    l = torch.zeros_like(m)
+    acc = q.new_zeros((*q.shape[:-1], v.shape[-1]))
+    positions = torch.arange(L, device=q.device)[:, None] + (S - L)
+    for start in range(0, S, block_size):
+        s = q @ k[..., start:start + block_size, :].mT / math.sqrt(q.shape[-1])
+        if causal:
+            keys = torch.arange(start, min(start + block_size, S), device=q.device)
+            s = s.masked_fill(keys > positions, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
+        p = torch.exp(s - shift)
+        l = l * torch.exp(m - shift) + p.sum(dim=-1, keepdim=True)
+        acc = acc * torch.exp(m - shift) + p @ v[..., start:start + block_size, :]
+        m = m_new
+    return acc / l.masked_fill(l == 0, 1.0)
+"""
+
+
+def test_the_output_alone_fails_tiled_attention_only_and_says_a_pair_is_owed(grade_source):
+    report = grade_source(replace_function(SOLUTION, "tiled_attention", OUTPUT_ONLY), chapter="ch07")
+    failed = _failed(report, "tiled_attention")
+    message = failed[next(iter(failed))]
+    assert "expected a tuple (out, lse)" in message, message
+    # The merge of two tiled parts waits for tiled_attention, and costs merge_attention nothing.
+    checks = result_of(report, "merge_attention").checks
+    road = [check for check in checks if check.check.startswith(ROAD_CHECK)]
+    assert len(road) == 3 and all(check.outcome == "skipped" for check in road)
+    assert "tiled_attention is not right yet" in road[0].message
+    assert statuses(report)["online_softmax"] == statuses(report)["merge_attention"] == "passed"
+
+
+def test_the_merge_of_tiled_parts_runs_for_the_reference_and_catches_a_wrong_merge(grade_source):
+    solved = grade_source(SOLUTION, chapter="ch07")
+    road = [check for check in result_of(solved, "merge_attention").checks if check.check.startswith(ROAD_CHECK)]
+    assert [check.outcome for check in road] == ["passed"] * 3
+    bug = next(bug for bug in BUGS if bug.exercise == "merge_attention" and bug.name == "plain-average")
+    report = grade_source(apply_bug(SOLUTION, bug), chapter="ch07")
+    failed = _failed(report, "merge_attention")
+    assert {f"{ROAD_CHECK} [{case}]" for case in ("B2-L6-S10-halves", "B2-L4-S10-cache6-causal",
+                                                 "H3-L4-S10-cache7-causal")} <= set(failed)
+    assert statuses(report)["tiled_attention"] == "passed"
 
 
 NAIVE = '''
@@ -160,7 +212,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
     m = m.masked_fill(torch.isneginf(m), 0.0)
     p = torch.exp(scores - m)
     l = p.sum(dim=-1, keepdim=True)
-    return (p @ v) / l.masked_fill(l == 0, 1.0)
+    return (p @ v) / l.masked_fill(l == 0, 1.0), (m + torch.log(l)).squeeze(-1)
 '''
 
 # Blocks of keys, but the causal mask built whole: (L, S) booleans.
@@ -181,7 +233,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
         l = l * torch.exp(m - shift) + p.sum(dim=-1, keepdim=True)
         acc = acc * torch.exp(m - shift) + p @ v[..., start:start + block_size, :]
         m = m_new
-    return acc / l.masked_fill(l == 0, 1.0)
+    return acc / l.masked_fill(l == 0, 1.0), (m + torch.log(l)).squeeze(-1)
 '''
 
 
@@ -192,7 +244,7 @@ QUERY_BLOCKS = '''
 def tiled_attention(q, k, v, block_size, causal=False):
     L, S = q.shape[-2], k.shape[-2]
     scale = 1 / math.sqrt(q.shape[-1])
-    outputs = []
+    outputs, lses = [], []
     for start in range(0, L, block_size):
         q_blk = q[..., start:start + block_size, :]  # (..., block, d)
         scores = q_blk @ k.transpose(-2, -1) * scale  # (..., block, S): every key at once
@@ -204,7 +256,8 @@ def tiled_attention(q, k, v, block_size, causal=False):
         p = torch.exp(scores - m)
         l = p.sum(dim=-1, keepdim=True)
         outputs.append((p @ v) / l.masked_fill(l == 0, 1.0))
-    return torch.cat(outputs, dim=-2)
+        lses.append(torch.logsumexp(scores, dim=-1))
+    return torch.cat(outputs, dim=-2), torch.cat(lses, dim=-1)
 '''
 
 
@@ -454,13 +507,16 @@ def test_a_softmax_over_whole_rows_fails_the_online_check_alone(grade_source):
     assert statuses(report)["tiled_attention"] == statuses(report)["merge_attention"] == "passed"
 
 
-def test_the_reference_is_pytorchs_attention_with_chapter_4s_mask():
+def test_the_reference_is_pytorchs_attention_with_chapter_4s_mask_and_its_logsumexp():
     tiled = _reference().tiled_attention
     causal_mask = _load(COURSE_ROOT / "solutions" / "ch04_causal_attention.py", "reference_ch04_for_ch07").causal_mask
     for length, keys in [(4, 10), (10, 10), (12, 10)]:
         q, k, v = (torch.randn(2, n, 8, dtype=torch.float64) for n in (length, keys, keys))
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(length, keys))
-        torch.testing.assert_close(tiled(q, k, v, 3, causal=True), expected)
+        out, lse = tiled(q, k, v, 3, causal=True)
+        torch.testing.assert_close(out, expected)
+        scores = (q @ k.mT / 8**0.5).masked_fill(~causal_mask(length, keys), float("-inf"))
+        torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1))
 
 
 def test_the_lessons_worked_example_is_the_reference():
@@ -471,3 +527,74 @@ def test_the_lessons_worked_example_is_the_reference():
     assert f"{total:.4f}" in lesson
     assert f"{float(torch.exp(x[0, :2] - 3).sum()):.4f}" in lesson
     torch.testing.assert_close(reference.online_softmax(x, 2), torch.softmax(x, dim=-1))
+
+
+def _numbers(*values: float) -> list[str]:
+    return [f"{value:.4f}" for value in values]
+
+
+def test_the_lessons_tiling_and_merging_examples_are_the_reference():
+    """Section 3's one query over four keys in blocks of 2, and section 5's two halves of it."""
+    reference = _reference()
+    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
+    q = torch.tensor([[1.0]], dtype=torch.float64)  # (1, 1): d = 1, scale 1
+    k = torch.tensor([[1.0], [3.0], [2.0], [5.0]], dtype=torch.float64)  # (4, 1)
+    v = torch.tensor([[10.0], [20.0], [30.0], [40.0]], dtype=torch.float64)  # (4, 1)
+    # The running state after each block, as the lesson's table shows it.
+    m, l, acc, shown = float("-inf"), 0.0, 0.0, []
+    for start in (0, 2):
+        scores, values = (q @ k[start:start + 2].T)[0], v[start:start + 2, 0]
+        m_new = max(m, float(scores.max()))
+        p = torch.exp(scores - m_new)
+        rescale = math.exp(m - m_new)
+        l, acc, m = l * rescale + float(p.sum()), acc * rescale + float(p @ values), m_new
+        shown += _numbers(float(p.min()), l, acc) + ([f"{rescale:.4f}"] if rescale else [])
+    out, lse = reference.tiled_attention(q, k, v, 2)
+    assert (float(out), float(lse)) == pytest.approx((acc / l, m + math.log(l)))
+    shown += _numbers(float(out), float(lse))
+    torch.testing.assert_close(out, torch.softmax(q @ k.T, dim=-1) @ v)
+    # The two halves, each through tiled_attention, then merged.
+    out_a, lse_a = reference.tiled_attention(q, k[:2], v[:2], 2)
+    out_b, lse_b = reference.tiled_attention(q, k[2:], v[2:], 2)
+    merged, merged_lse = reference.merge_attention(out_a, lse_a, out_b, lse_b)
+    torch.testing.assert_close((merged, merged_lse), (out, lse))
+    shown += _numbers(float(out_a), float(lse_a), float(out_b), float(lse_b),
+                      math.exp(float(lse_a - lse)), math.exp(float(lse_b - lse)),
+                      float(torch.exp(k[2:].T - 5).sum()))
+    missing = [number for number in shown if number not in lesson]
+    assert not missing, f"numbers of the worked examples missing from the lesson: {missing}"
+
+
+def _kept_for_backward(function, *inputs) -> dict[tuple, int]:
+    """``{shape: numbers}`` of the storages autograd saves during ``function(*inputs)``,
+    each once, the inputs' own left out: the lesson's way of counting (section 6)."""
+    saved = {}
+    with torch.autograd.graph.saved_tensors_hooks(
+            lambda tensor: saved.setdefault(tensor.untyped_storage().data_ptr(), tensor), lambda tensor: tensor):
+        function(*inputs)
+    own = {tensor.untyped_storage().data_ptr() for tensor in inputs}
+    kept: dict[tuple, int] = {}
+    for key, tensor in saved.items():
+        if key not in own:
+            shape = tuple(tensor.shape)
+            kept[shape] = kept.get(shape, 0) + tensor.untyped_storage().nbytes() // tensor.element_size()
+    return kept
+
+
+def test_the_lessons_training_memory_is_measured():
+    """Section 6's table: what autograd keeps at L = S = 256, d = 16, blocks of 32."""
+    reference = _reference()
+    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
+    q, k, v = (torch.randn(1, 256, 16, requires_grad=True) for _ in range(3))
+    tiled = _kept_for_backward(lambda *qkv: reference.tiled_attention(*qkv, 32), q, k, v)
+    naive = _kept_for_backward(lambda q, k, v: torch.softmax(q @ k.mT / 4, dim=-1) @ v, q, k, v)
+    fused = _kept_for_backward(lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None]),
+                               q, k, v)
+    blocks = tiled.get((1, 256, 32), 0)
+    counts = {"tiled": sum(tiled.values()), "blocks": blocks, "acc": tiled.get((1, 256, 16), 0),
+              "columns": tiled.get((1, 256, 1), 0), "naive": sum(naive.values()), "fused": sum(fused.values())}
+    assert counts["blocks"] == 2 * 256 * 256 and counts["naive"] == 256 * 256
+    assert counts["fused"] == 256 * 16 + 256  # out and lse
+    assert counts["tiled"] == counts["blocks"] + counts["acc"] + counts["columns"]
+    missing = {name: count for name, count in counts.items() if f"{count:,}" not in lesson}
+    assert not missing, f"the lesson's training measurements differ: {missing}"

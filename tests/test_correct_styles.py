@@ -174,6 +174,8 @@ def _ch07(draw: Draw):
         ("online_softmax", (draw.randn(3, 10) * 3, 4), {}),
         ("tiled_attention", (q, k, v, 4), {}),
         ("tiled_attention", (q, k, v, 3), {"causal": True}),
+        # More queries than keys: the first two see none (zeros, lse -inf).
+        ("tiled_attention", (draw.randn(2, 12, 8), k, v, 4), {"causal": True}),
         ("merge_attention", (draw.randn(2, 6, 5), draw.randn(2, 6), draw.randn(2, 6, 5), lse_b), {}),
     ]
 

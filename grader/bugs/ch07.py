@@ -73,11 +73,37 @@ BUGS = (
              "looks like a query with no key to see (causal, L > S) divides 0 by 0, or subtracts "
              "a max of -inf; its output must be 0: shift by 0 where the max is still -inf, and "
              "divide by 1 where l is 0",
-             "return acc / l.masked_fill(l == 0, 1.0)", "return acc / l"),
+             "out = acc / l.masked_fill(l == 0, 1.0)", "out = acc / l"),
     KnownBug("tiled_attention", "no-scale",
              "looks like the scores are not multiplied by 1 / sqrt(d)",
              "scores = q @ k[..., start:end, :].transpose(-2, -1) * scale",
              "scores = q @ k[..., start:end, :].transpose(-2, -1)"),
+    KnownBug("tiled_attention", "lse-is-max",
+             "looks like lse is the running max m: l sums exp(score - m), so the log of the sum of "
+             "exp(score) is m + log l, larger than m by log l (up to log S)",
+             "lse = m + torch.log(l)", "lse = m"),
+    KnownBug("tiled_attention", "lse-without-max",
+             "looks like lse is log l alone: l sums exp(score - m), taken against the max, so the "
+             "log of the sum of exp(score) is m + log l; add the max back",
+             "lse = m + torch.log(l)", "lse = torch.log(l)"),
+    KnownBug("tiled_attention", "exp-overflows",
+             "looks like lse is log(l * exp(m)): right in exact arithmetic, but exp of a score in "
+             "the hundreds overflows to inf; m + log l is the same number without exp",
+             "lse = m + torch.log(l)", "lse = torch.log(l * torch.exp(m))"),
+    KnownBug("tiled_attention", "lse-zero-without-keys",
+             "looks like a query with no key to see gets lse 0: the sum of exp(score) over no key is "
+             "0 and its log -inf (m + log l with m = -inf, l = 0), the value that gives such a part "
+             "weight exp(-inf) = 0 in a merge; only the output's division needs l made safe",
+             "lse = m + torch.log(l)", "lse = shift + torch.log(l.masked_fill(l == 0, 1.0))"),
+    KnownBug("tiled_attention", "lse-scaled-twice",
+             "looks like the max is multiplied by the scale again in lse (m * scale + log l): that "
+             "is for a max of raw scores q . k, as FlashAttention's kernels keep it; here the "
+             "scores, and so m, already include 1 / sqrt(d)",
+             "lse = m + torch.log(l)", "lse = m * scale + torch.log(l)"),
+    KnownBug("tiled_attention", "lse-keepdim",
+             "looks like lse keeps the last dimension of m and l, shape (..., L, 1): it is one "
+             "number a query, shape (..., L); squeeze(-1) the column",
+             "return out, lse.squeeze(-1)", "return out, lse"),
     # -- merge_attention ---------------------------------------------------------------------
     KnownBug("merge_attention", "plain-average",
              "looks like the two outputs are averaged: each part weighs by its share of the softmax "

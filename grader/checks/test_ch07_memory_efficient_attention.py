@@ -2,12 +2,17 @@
 
 Every exercise is checked against the reference and against PyTorch
 (``torch.softmax``; ``F.scaled_dot_product_attention``, with chapter 4's
-bottom-right causal mask as its ``attn_mask``; attention over all the keys
-at once for ``merge_attention``), for block sizes that divide the keys and
-that do not (1, 3, 4, all of them, more than all of them), unequal query and
-key lengths, batch dimensions and logits large enough to overflow ``exp``
-without the running max. On a mismatch, known wrong implementations are run
-on the same inputs and a matching one's hint goes with the failure.
+bottom-right causal mask as its ``attn_mask``, and ``torch.logsumexp`` of
+the masked scaled scores for ``tiled_attention``'s lse; attention over all
+the keys at once for ``merge_attention``), for block sizes that divide the
+keys and that do not (1, 3, 4, all of them, more than all of them), unequal
+query and key lengths, queries that see no key, batch dimensions and logits
+large enough to overflow ``exp`` without the running max. On a mismatch,
+known wrong implementations are run on the same inputs and a matching one's
+hint goes with the failure. One check takes the road the chapter builds:
+the student's ``tiled_attention`` over two parts of the keys, put together
+by their ``merge_attention`` (skipped while ``tiled_attention`` is wrong,
+which its own checks say).
 
 The memory checks are the chapter's point: ``tiled_attention`` runs at
 T = 2048 while the worker records the largest tensor any operation of the
@@ -26,7 +31,7 @@ import torch
 
 from grader.bugs.ch07 import BUGS
 from grader.checks import case_ids, exercise, Oracles, portability_check, portable, run, run_measured
-from grader.compare import expect_close, fail, shape_text, unpack
+from grader.compare import CheckFailure, expect_close, fail, shape_text, unpack
 
 # PyTorch's softmax and attention (grader/oracles/ch07.py).
 oracles = Oracles("ch07")
@@ -140,23 +145,38 @@ def _tiled_inputs(inputs, case, dtype=torch.float32):
             inputs.randn(*batch, num_keys, value_width, dtype=dtype))
 
 
-def _causal_text(causal: bool, num_queries: int, num_keys: int) -> str:
+def _causal_text(causal: bool, num_queries: int, num_keys: int) -> tuple[str, str]:
+    """What the output and the lse are compared with, for messages."""
     if not causal:
-        return "F.scaled_dot_product_attention"
-    return (f"F.scaled_dot_product_attention with chapter 4's causal mask ({num_queries} queries, "
-            f"{num_keys} keys: query i sees keys 0 .. i + {num_keys - num_queries})")
+        return "F.scaled_dot_product_attention", "torch.logsumexp of the scaled scores"
+    offset = num_keys - num_queries
+    mask = (f" with chapter 4's causal mask ({num_queries} queries, {num_keys} keys: query i sees keys "
+            f"0 .. i {'+' if offset >= 0 else '-'} {abs(offset)})")
+    return "F.scaled_dot_product_attention" + mask, "torch.logsumexp of the scaled scores" + mask
+
+
+def _expect_tiled(got, call: str, expected, lookalikes=None, reference=("the reference", "the reference"),
+                  rtol: float | None = None) -> None:
+    """An ``(out, lse)`` answer of tiled_attention, the output first: most bugs show there,
+    and an output that is right leaves the log-sum-exp to explain. ``reference``: what
+    each was computed by, for messages."""
+    out, lse = unpack(got, ("out", "lse"), call)
+    expect_close(out, expected[0], f"out of {call}", reference=reference[0], rtol=rtol,
+                 bugs=lookalikes.part(0) if lookalikes else None)
+    expect_close(lse, expected[1], f"lse of {call}", reference=reference[1], rtol=rtol,
+                 bugs=lookalikes.part(1) if lookalikes else None)
 
 
 @exercise("tiled_attention")
 @pytest.mark.parametrize("case", TILED_CASES, ids=case_ids(TILED_CASES))
 def test_tiled_equals_pytorch_attention(submission, bugs, inputs, case):
-    """equals F.scaled_dot_product_attention (with the bottom-right causal mask when causal)"""
+    """equals F.scaled_dot_product_attention, lse torch.logsumexp of the scaled scores (causal: bottom-right)"""
     q, k, v = _tiled_inputs(inputs, case)
     block_size, causal = case[-2:]
     got, call = run(submission, "tiled_attention", q, k, v, block_size, causal=causal)
-    expect_close(got, oracles.attention(q, k, v, causal), call,
-                 bugs=bugs.tiled_attention(q, k, v, block_size, causal=causal),
-                 reference=_causal_text(causal, q.shape[-2], k.shape[-2]))
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
+                  bugs.tiled_attention(q, k, v, block_size, causal=causal),
+                  reference=_causal_text(causal, q.shape[-2], k.shape[-2]))
 
 
 @exercise("tiled_attention")
@@ -166,8 +186,17 @@ def test_tiled_matches_reference(submission, reference, bugs, inputs, case):
     q, k, v = _tiled_inputs(inputs, case, torch.float64)
     block_size, causal = case[-2:]
     got, call = run(submission, "tiled_attention", q, k, v, block_size, causal=causal)
-    expect_close(got, reference.tiled_attention(q, k, v, block_size, causal=causal), call,
-                 bugs=bugs.tiled_attention(q, k, v, block_size, causal=causal))
+    _expect_tiled(got, call, reference.tiled_attention(q, k, v, block_size, causal=causal),
+                  bugs.tiled_attention(q, k, v, block_size, causal=causal))
+
+
+@exercise("tiled_attention")
+def test_tiled_query_without_keys(submission, bugs, inputs):
+    """a query that sees no key (causal, more queries than keys) gets output zeros and lse -inf, not NaN"""
+    q, k, v = inputs.randn(2, 7, 4), inputs.randn(2, 4, 4), inputs.randn(2, 4, 3)  # queries 0 .. 2 see no key
+    got, call = run(submission, "tiled_attention", q, k, v, 3, causal=True)
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, True),
+                  bugs.tiled_attention(q, k, v, 3, causal=True), reference=_causal_text(True, 7, 4))
 
 
 @exercise("tiled_attention")
@@ -181,9 +210,9 @@ def test_tiled_large_logits(submission, bugs, inputs, causal):
     q, k = (30 * inputs.randn(2, n, 8, dtype=torch.float64) for n in (6, 10))  # (2, 6, 8), (2, 10, 8)
     v = inputs.randn(2, 10, 8, dtype=torch.float64)  # (2, 10, 8)
     got, call = run(submission, "tiled_attention", q, k, v, 3, causal=causal)
-    expect_close(got, oracles.attention(q, k, v, causal), call,
-                 bugs=bugs.tiled_attention(q, k, v, 3, causal=causal),
-                 reference=_causal_text(causal, 6, 10), rtol=1e-2)
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
+                  bugs.tiled_attention(q, k, v, 3, causal=causal),
+                  reference=_causal_text(causal, 6, 10), rtol=1e-2)
 
 
 def _piece_budget(length: int, block_size: int) -> int:
@@ -204,7 +233,8 @@ def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
         fail(f"{call} built a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); tiled "
              f"attention keeps at most {shape_text((length, block_size))} at a time "
              f"({length * block_size:,} scores)", hint=WHOLE_MATRIX_HINT)
-    expect_close(got, oracles.attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
+                  reference=_causal_text(causal, length, length))
 
 
 @exercise("tiled_attention")
@@ -223,7 +253,8 @@ def test_tiled_reads_the_keys_block_by_block(submission, inputs, causal):
              f"(of a {shape_text(widest.shape)} tensor); tiled attention reads the keys {block_size} at "
              f"a time: each max and sum of scores, and each weights @ values, over one block of keys, "
              f"with a running max and sum carried from block to block", hint=QUERY_BLOCKS_HINT)
-    expect_close(got, oracles.attention(q, k, v, causal), call, reference=_causal_text(causal, length, length))
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
+                  reference=_causal_text(causal, length, length))
 
 
 # -- merge_attention -----------------------------------------------------------------------
@@ -288,6 +319,39 @@ def test_merge_with_an_empty_part(submission, bugs, inputs):
     got, call = run(submission, "merge_attention", *parts)
     _expect_merged(got, call, oracles.attention_with_lse(q, k, v), bugs.merge_attention(*parts),
                    "part B alone (part A has no key)")
+
+
+# (id, batch dims, L, S, d, split, causal): tiled_attention over keys 0 .. split - 1 (part A)
+# and over the rest (part B), then merged. Causal: every query sees the whole of part A
+# (split <= S - L + 1: a KV cache, as in chunked prefill), and part B with the bottom-right
+# mask, which for the last keys is the whole mask's own. With S - split < L, the first queries
+# see no key of part B: (zeros, -inf) from tiled_attention, weight 0 in the merge.
+ROAD_CASES = [
+    ("B2-L6-S10-halves", (2,), 6, 10, 8, 5, False),
+    ("B2-L4-S10-cache6-causal", (2,), 4, 10, 8, 6, True),
+    ("H3-L4-S10-cache7-causal", (3,), 4, 10, 4, 7, True),
+]
+
+
+@exercise("merge_attention")
+@pytest.mark.parametrize("case", ROAD_CASES, ids=case_ids(ROAD_CASES))
+def test_merge_puts_your_tiled_attention_together(submission, bugs, inputs, case):
+    """merges the (out, lse) of your tiled_attention over two parts of the keys into attention over all"""
+    _, batch, num_queries, num_keys, width, split, causal = case
+    q, k, v = (inputs.randn(*batch, n, width) for n in (num_queries, num_keys, num_keys))
+    parts = []
+    for keys, masked in ((slice(0, split), False), (slice(split, num_keys), causal)):
+        k_part, v_part = k[..., keys, :], v[..., keys, :]  # (..., S_part, d)
+        try:  # a wrong part is tiled_attention's to answer for, in its own checks
+            got, call = run(submission, "tiled_attention", q, k_part, v_part, 3, causal=masked)
+            _expect_tiled(got, call, oracles.attention_with_lse(q, k_part, v_part, masked),
+                          reference=_causal_text(masked, num_queries, k_part.shape[-2]))
+        except CheckFailure as failure:
+            pytest.skip(f"tiled_attention is not right yet, so its parts cannot be merged: {failure.message}")
+        parts += list(got)
+    got, call = run(submission, "merge_attention", *parts)
+    _expect_merged(got, call, oracles.attention_with_lse(q, k, v, causal), bugs.merge_attention(*parts),
+                   "attention over all the keys" + (" with chapter 4's causal mask" if causal else ""))
 
 
 def _expect_merged(got, call: str, expected, lookalikes, reference: str) -> None:

@@ -27,7 +27,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-                    causal: bool = False) -> torch.Tensor:
+                    causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     qd, kd, vd = q.double(), k.double(), v.double()
     nq, nk, dk = qd.shape[-2], kd.shape[-2], qd.shape[-1]
     scale = 1.0 / math.sqrt(dk)
@@ -49,8 +49,9 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_siz
         denom.mul_(fix).add_(w.sum(-1))
         num.mul_(fix[..., None]).add_(torch.einsum("...ij,...jc->...ic", w, vd[..., b0:b1, :]))
         mx.copy_(grown)
+    lse = mx + torch.log(denom)  # (..., L): log 0 = -inf where no key was visible
     denom = torch.where(denom == 0, torch.ones_like(denom), denom)  # no visible key: output 0
-    return torch.einsum("...ic,...i->...ic", num, 1.0 / denom).to(q.dtype)
+    return torch.einsum("...ic,...i->...ic", num, 1.0 / denom).to(q.dtype), lse.to(q.dtype)
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

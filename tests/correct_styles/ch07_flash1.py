@@ -30,7 +30,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-                    causal: bool = False) -> torch.Tensor:
+                    causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     L, S = q.shape[-2], k.shape[-2]
     d_v = v.shape[-1]
     softmax_scale = 1.0 / math.sqrt(q.shape[-1])
@@ -75,7 +75,10 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_siz
             O[i] = (l[i] * alpha * O[i] + beta * (P_ij @ V_j)) / l_div  # written back normalised
             l[i] = l_new
             m[i] = m_new
-    return torch.cat(O, dim=-2)  # (..., L, d_v)
+    # The statistics left in "HBM" give each row's log-sum-exp: m + log l (-inf + log 0 = -inf
+    # for a row that saw no visible key).
+    lse = torch.cat([m_i + torch.log(l_i) for m_i, l_i in zip(m, l)], dim=-2)  # (..., L, 1)
+    return torch.cat(O, dim=-2), lse.squeeze(-1)  # (..., L, d_v), (..., L)
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

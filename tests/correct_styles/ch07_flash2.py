@@ -23,11 +23,11 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-                    causal: bool = False) -> torch.Tensor:
+                    causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = q.shape[-1] ** -0.5
     offset = n_k - n_q  # bottom-right: query i sees keys 0 .. i + offset
-    out_blocks = []
+    out_blocks, lse_blocks = [], []
     for q_lo in range(0, n_q, block_size):  # outer loop: blocks of queries
         q_hi = min(q_lo + block_size, n_q)
         q_blk = q[..., q_lo:q_hi, :]  # (..., Br, d)
@@ -52,7 +52,8 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_siz
             m_i = m_new
         # queries that saw no key at all (L > S, causal): l = 0, acc = 0 -> output 0
         out_blocks.append(acc / torch.where(l_i > 0, l_i, torch.ones_like(l_i)))
-    return torch.cat(out_blocks, dim=-2)  # (..., L, d_v)
+        lse_blocks.append(m_i + torch.log(l_i))  # the paper's L_i = m_i + log(l_i), kept for the backward
+    return torch.cat(out_blocks, dim=-2), torch.cat(lse_blocks, dim=-2).squeeze(-1)  # (..., L, d_v), (..., L)
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

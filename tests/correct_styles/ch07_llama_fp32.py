@@ -30,7 +30,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-                    causal: bool = False) -> torch.Tensor:
+                    causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     xq, xk, xv = q.float(), k.float(), v.float()
     seqlen_q, seqlen_k = xq.shape[-2], xk.shape[-2]
     head_dim = xq.shape[-1]
@@ -58,7 +58,8 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_siz
         acc = alpha * acc + torch.matmul(p, values)
         m = new_m
     out = acc / torch.where(l == 0, torch.ones_like(l), l)
-    return out.type_as(q)
+    lse = (m + torch.log(l)).squeeze(-1)  # float32, like the statistics it comes from
+    return out.type_as(q), lse.type_as(q)
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

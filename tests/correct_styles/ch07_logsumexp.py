@@ -32,7 +32,7 @@ def _fold(out, lse, block_out, block_lse):
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-                    causal: bool = False) -> torch.Tensor:
+                    causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     length_q, length_k = q.size(-2), k.size(-2)
     scale = 1 / math.sqrt(q.size(-1))
     out = q.new_zeros(*q.shape[:-1], v.size(-1))  # (..., L, d_v), normalised so far
@@ -48,7 +48,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_siz
         safe = block_lse.masked_fill(block_lse == -math.inf, 0.0).unsqueeze(-1)
         block_out = torch.matmul(torch.exp(scores - safe), v[..., start:stop, :])  # (..., L, d_v)
         out, lse = _fold(out, lse, block_out, block_lse)
-    return out  # a query with no visible key kept its zeros
+    return out, lse  # a query with no visible key kept its zeros and lse -inf
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
