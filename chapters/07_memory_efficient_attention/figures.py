@@ -8,7 +8,9 @@ no import of the reference solution, which students do not receive):
   sum ``l`` and output ``acc`` of every query; with the causal mask's
   blocked cells greyed (bottom-right, ``L < S``);
 * ``memory.svg``: the bytes of the largest tensor in float32 at T = 4096 for
-  the whole score matrix and for pieces of 512, 128 and 32 keys.
+  the whole score matrix and for pieces of 512, 128 and 32 keys;
+* ``loops.svg``: the order in which FlashAttention, FlashAttention-2 and the
+  course's ``tiled_attention`` visit the blocks of the score matrix.
 """
 
 from grader.figures import MUTED, TEXT, svg_document, text
@@ -132,6 +134,58 @@ def memory_svg() -> str:
     return svg_document(width, height, body)
 
 
+# -- loops.svg -------------------------------------------------------------------------------
+
+QUERY_BLOCKS, KEY_BLOCKS, BLOCK_CELL = 3, 4, 38
+
+
+def _visits(left: float, top: float, rows: int, order: list[tuple[int, int]], colour: str) -> list[str]:
+    """A grid of ``rows`` x KEY_BLOCKS blocks of scores, each numbered by when it is visited;
+    the rows share the height of QUERY_BLOCKS blocks (one row: all the queries at once)."""
+    parts = []
+    row_height = QUERY_BLOCKS * BLOCK_CELL / rows
+    for step, (row, column) in enumerate(order, start=1):
+        x, y = left + column * BLOCK_CELL, top + row * row_height
+        parts.append(_rect(x, y, BLOCK_CELL, row_height, colour, 0.15 + 0.7 * step / len(order)))
+        parts.append(text(x + BLOCK_CELL / 2, y + row_height / 2 + 5, str(step), size=13, bold=True))
+    for column in range(KEY_BLOCKS):
+        parts.append(text(left + (column + 0.5) * BLOCK_CELL, top - 6, f"K{column + 1}", size=10,
+                          colour=MUTED))
+    labels = [f"Q{row + 1}" for row in range(rows)] if rows > 1 else ["all Q"]
+    for row, label in enumerate(labels):
+        parts.append(text(left - 6, top + (row + 0.5) * row_height + 4, label, anchor="end", size=10,
+                          colour=MUTED))
+    return parts
+
+
+def loops_svg() -> str:
+    width, height = 780, 330
+    top = 96
+    panels = [
+        ("FlashAttention", "outer loop: K/V blocks; inner: Q blocks",
+         [(row, column) for column in range(KEY_BLOCKS) for row in range(QUERY_BLOCKS)], QUERY_BLOCKS,
+         ["O_i, l_i, m_i read from and written", "to main memory at every step,", "O_i divided by l_i every time"]),
+        ("FlashAttention-2", "outer loop: Q blocks; inner: K/V blocks",
+         [(row, column) for row in range(QUERY_BLOCKS) for column in range(KEY_BLOCKS)], QUERY_BLOCKS,
+         ["O_i unnormalised on chip,", "divided by l_i once at the end;", "L_i = m_i + log l_i written out"]),
+        ("this course's tiled_attention", "one loop: K/V blocks, all queries",
+         [(0, column) for column in range(KEY_BLOCKS)], 1,
+         ["acc unnormalised, acc / l once", "at the end; lse = m + log l", "(FlashAttention-2, one Q block)"]),
+    ]
+    body = [text(width / 2, 22, "Which block of the scores is computed when", size=14, bold=True),
+            text(width / 2, 42, "rows: blocks of queries; columns: blocks of keys and values; "
+                 "numbers: the order of the steps", size=11, colour=MUTED)]
+    for index, (title, loops, order, rows, notes) in enumerate(panels):
+        left = 60 + index * 250
+        body.append(text(left + KEY_BLOCKS * BLOCK_CELL / 2, 70, title, size=12, bold=True))
+        body.append(text(left + KEY_BLOCKS * BLOCK_CELL / 2, 84, loops, size=10, colour=MUTED))
+        body += _visits(left, top + 14, rows, order, BLOCK_COLOURS[index])
+        for line_index, note in enumerate(notes):
+            body.append(text(left - 40, top + 14 + QUERY_BLOCKS * BLOCK_CELL + 30 + 16 * line_index, note,
+                             anchor="start", size=10, colour=MUTED))
+    return svg_document(width, height, body)
+
+
 def figures() -> dict[str, str]:
     """``{file name: SVG text}`` for ``chapters/07_memory_efficient_attention/figures/``."""
-    return {"tiling.svg": tiling_svg(), "memory.svg": memory_svg()}
+    return {"tiling.svg": tiling_svg(), "memory.svg": memory_svg(), "loops.svg": loops_svg()}

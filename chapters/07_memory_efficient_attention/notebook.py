@@ -15,28 +15,28 @@ print(torch.allclose(online_softmax(x, 3), torch.softmax(x, dim=-1)))  # True, 3
 # %% try tiled_attention
 import torch.nn.functional as F
 
+q = torch.tensor([[1.0]])  # section 3's worked example: one query, d = 1
+k, v = torch.tensor([[1.0], [3.0], [2.0], [5.0]]), torch.tensor([[10.0], [20.0], [30.0], [40.0]])
+print(tiled_attention(q, k, v, 2))  # (tensor([[36.8806]]), tensor([5.1852])): out and lse
+
 torch.manual_seed(0)
 q, k, v = torch.randn(2, 6, 8), torch.randn(2, 10, 8), torch.randn(2, 10, 8)  # L = 6, S = 10
 for block_size in (1, 3, 4, 10, 16):
-    same = torch.allclose(tiled_attention(q, k, v, block_size), F.scaled_dot_product_attention(q, k, v),
-                          atol=1e-6)
+    out, lse = tiled_attention(q, k, v, block_size)
+    same = (torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=1e-6)
+            and torch.allclose(lse, torch.logsumexp(q @ k.mT / 8**0.5, dim=-1)))
     print(f"block {block_size}:", same)  # True for every block size
 causal = torch.ones(6, 10, dtype=torch.bool).tril(10 - 6)  # chapter 4's bottom-right mask, (L, S)
-print("causal:", torch.allclose(tiled_attention(q, k, v, 3, causal=True),
-                                F.scaled_dot_product_attention(q, k, v, attn_mask=causal), atol=1e-6))  # True
+out, lse = tiled_attention(q, k, v, 3, causal=True)
+print("causal:", torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=causal), atol=1e-6))  # True
+out, lse = tiled_attention(torch.randn(1, 12, 8), k[:1], v[:1], 4, causal=True)  # 12 queries, 10 keys
+print(out[0, :2].abs().sum().item(), lse[0, :2])  # 0.0 tensor([-inf, -inf]): queries 0 and 1 see no key
 
 # %% try merge_attention
 torch.manual_seed(0)
 q, k, v = torch.randn(1, 4, 8), torch.randn(1, 10, 8), torch.randn(1, 10, 8)
-
-
-def part(keys, values):
-    """(output, lse) of attention over some of the keys."""
-    scores = q @ keys.mT / 8**0.5
-    return F.scaled_dot_product_attention(q, keys, values), torch.logsumexp(scores, dim=-1)
-
-
-out, lse = merge_attention(*part(k[:, :3], v[:, :3]), *part(k[:, 3:], v[:, 3:]))
+# Section 5's road: your tiled_attention over keys 0 .. 2 and over keys 3 .. 9, merged.
+out, lse = merge_attention(*tiled_attention(q, k[:, :3], v[:, :3], 2), *tiled_attention(q, k[:, 3:], v[:, 3:], 2))
 print(torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=1e-6))  # True
 print(torch.allclose(lse, torch.logsumexp(q @ k.mT / 8**0.5, dim=-1)))  # True
 
