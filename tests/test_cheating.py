@@ -76,6 +76,11 @@ def test_tricks_leave_an_untouched_stub_at_zero(grade_source):
     assert set(statuses(report).values()) == {"not implemented"}
 
 
+# torch 2.5 cannot make a tensor subclass under a dispatch mode (the worker's):
+# there the lie fails before it is told.
+SUBCLASS_NOT_MADE = "Creating a new Tensor subclass Liar"
+
+
 @pytest.mark.parametrize("definition, fragment", [
     # An object equal to everything.
     ('''
@@ -96,9 +101,7 @@ class Liar(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
-''', ("max abs error",
-          # torch 2.5 cannot make the subclass under the worker's modes at all
-          "Creating a new Tensor subclass Liar")),
+''', ("max abs error", SUBCLASS_NOT_MADE)),
 ], ids=["eq-always-true", "lying-tensor-subclass"])
 def test_fake_results_do_not_pass(grade_source, definition, fragment):
     report = grade_source(replace_function(SOLUTION, "softmax", definition))
@@ -125,7 +128,7 @@ def softmax(x, dim=-1):
     return torch.zeros_like(x).as_subclass(Liar)
 ''')
     message = assert_fails_alone(grade_source(source), "softmax")
-    assert "max abs error" in message and "got 0" in message
+    assert SUBCLASS_NOT_MADE in message or ("max abs error" in message and "got 0" in message)
 
 
 @pytest.mark.parametrize("function, definition, called", [

@@ -186,9 +186,19 @@ def tracker_verdict(idiom) -> dict | None:
 DEVICES = ["meta"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def _meta_new_tensor_lands_on_the_cpu() -> bool:
+    """torch 2.5's ``new_tensor`` of a meta tensor answers on the CPU (a meta
+    quirk: on CUDA it answers on CUDA), so meta cannot stand in for CUDA there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.zeros(1, device="meta").new_tensor(torch.zeros(1)).device.type == "cpu"
+
+
 @pytest.mark.parametrize("name", MOVED)
 def test_an_idiom_that_moves_data_to_the_inputs_device_passes(name):
     for device in DEVICES:
+        if device == "meta" and name == "new_tensor" and _meta_new_tensor_lands_on_the_cpu():
+            continue
         assert runs_on(MOVED[name], device), f"{name} does not run on {device}"
     assert tracker_verdict(MOVED[name]) is None
 
