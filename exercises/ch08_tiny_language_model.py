@@ -65,8 +65,24 @@ class TransformerBlock(nn.Module):
     ``forward(x)``: ``x`` of shape ``(B, T, D)``, ``T`` from 1, gives shape
     ``(B, T, D)``.
 
-    Dtypes: ``x`` in the dtype of the parameters (float32); the result has
-    that dtype.
+    ``forward_with_cache(x, cache=None)``: the same block for ``T`` new
+    tokens that come after ``T_past`` earlier ones whose keys and values are
+    cached (chapter 4's ``attend_with_cache``). ``cache`` is None (no earlier
+    token, ``T_past = 0``) or ``(k_cache, v_cache)``, each of shape
+    ``(B, H, T_past, d)``: the keys and values of the earlier tokens, split
+    into heads. The new tokens' keys and values are appended after the cached
+    ones; new token ``i`` sits at position ``T_past + i`` and sees positions
+    ``0 .. T_past + i`` (the causal mask's bottom-right corner, ``(T, T_past
+    + T)``). Gives ``(output, (k, v))``: the new tokens' output ``(B, T, D)``,
+    equal to the last ``T`` rows of ``forward`` on all ``T_past + T``
+    inputs, and the cache with the new keys and values appended, each ``(B,
+    H, T_past + T, d)``, the cached tokens first. The cache passed in is not
+    modified (not in place either). ``forward(x)`` is
+    ``forward_with_cache(x)`` without the cache: it may return
+    ``self.forward_with_cache(x)[0]``.
+
+    Dtypes: ``x`` (and the cache) in the dtype of the parameters (float32);
+    the results have that dtype.
     """
 
     def __init__(self, d_model: int, num_heads: int):
@@ -75,6 +91,12 @@ class TransformerBlock(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def forward_with_cache(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         # YOUR CODE HERE
         raise NotImplementedError
 
@@ -101,8 +123,20 @@ class TinyLM(nn.Module):
     ``forward(tokens)``: ``tokens`` of shape ``(B, T)`` (integers,
     ``1 <= T <= context``) gives logits of shape ``(B, T, V)``.
 
-    Dtypes: ``tokens`` int64; the logits have the parameters' dtype
-    (float32).
+    ``forward_with_cache(tokens, cache=None)``: the logits of ``T`` new
+    tokens that come after ``T_past`` earlier ones, from the blocks'
+    ``forward_with_cache``. ``cache`` is None (``T_past = 0``) or a list with
+    one ``(k_cache, v_cache)`` a block, in the order of ``blocks``, each of
+    shape ``(B, H, T_past, d)``; ``T_past + T <= context``. The new tokens
+    sit at positions ``T_past .. T_past + T - 1``: those are the rows of
+    ``pos_emb`` they get. Gives ``(logits, cache)``: logits ``(B, T, V)``,
+    equal to the last ``T`` rows of ``forward`` on all ``T_past + T``
+    tokens, and the list of every block's grown cache, each ``(B, H, T_past
+    + T, d)``. ``forward(tokens)`` may return
+    ``self.forward_with_cache(tokens)[0]``.
+
+    Dtypes: ``tokens`` int64; the logits (and the cache) have the
+    parameters' dtype (float32).
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
@@ -111,6 +145,12 @@ class TinyLM(nn.Module):
         raise NotImplementedError
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def forward_with_cache(
+        self, tokens: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         # YOUR CODE HERE
         raise NotImplementedError
 
@@ -153,6 +193,35 @@ def train(
         ``(model, losses)``: the trained ``TinyLM`` itself (not a copy), and
         a list of ``steps`` Python floats (``loss.item()``), the loss before
         each step.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def generate(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Continue ``prompt`` by ``num_tokens`` tokens, greedily, with the KV cache.
+
+    Run the prompt through ``model.forward_with_cache`` once (no cache yet);
+    then, ``num_tokens`` times: take the logits of the newest position, pick
+    the token with the largest one (``argmax``, no sampling), and run that
+    one token through ``model.forward_with_cache`` with the cache the last
+    call returned, which grows by one position a step. This must give what
+    running ``model`` on the whole sequence again at every step gives, at a
+    fraction of the cost. No gradients are needed (``torch.no_grad()``).
+
+    Args:
+        model: a ``TinyLM`` (its ``forward_with_cache`` is all this uses).
+        prompt: the first tokens, shape ``(B, T0)``, int64, ``T0 >= 1``.
+        num_tokens: how many tokens to add, ``N >= 1``;
+            ``T0 + N <= context``.
+
+    Returns:
+        ``(tokens, logits)``: ``tokens`` ``(B, T0 + N)``, the prompt then the
+        new tokens; ``logits`` ``(B, N, V)``, for each new token the logits
+        it was chosen from (those of the position before it).
+
+    Dtypes: ``prompt`` int64; ``tokens`` int64; ``logits`` have the model's
+    dtype (float32).
     """
     # YOUR CODE HERE
     raise NotImplementedError

@@ -315,17 +315,20 @@ CHAPTERS: tuple[Chapter, ...] = (
         # torch.softmax, F.scaled_dot_product_attention and F.cross_entropy are
         # allowed: they were earned in earlier chapters. train is not refused
         # anything, so its 200 steps run without the refusing modes' cost.
+        # TransformerBlock and TinyLM each have a second path, forward_with_cache
+        # (chapter 4's KV cache), graded with them; generate runs the student's
+        # own TinyLM through it.
         exercises=(
             Exercise(
                 "TransformerBlock",
-                "pre-norm causal self-attention and MLP, with residuals",
-                4,
+                "pre-norm causal self-attention and MLP, with residuals and a KV cache",
+                5,
                 forbidden=MULTI_HEAD_CALLS,
             ),
             Exercise(
                 "TinyLM",
-                "embeddings, blocks, final norm and head: logits (B, T, V)",
-                3,
+                "embeddings, blocks, final norm and head: logits (B, T, V), cached or not",
+                4,
                 forbidden=MULTI_HEAD_CALLS,
                 uses=("TransformerBlock",),
             ),
@@ -333,6 +336,13 @@ CHAPTERS: tuple[Chapter, ...] = (
                 "train",
                 "next-token training with AdamW, the loss of every step",
                 3,
+                uses=("TinyLM",),
+            ),
+            Exercise(
+                "generate",
+                "greedy generation with the KV cache, equal to recomputing",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
                 uses=("TinyLM",),
             ),
         ),

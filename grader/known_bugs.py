@@ -120,7 +120,8 @@ class Lookalikes:
                  seen: Sequence[str] = ()):
         self.chapter, self.function = chapter, function
         self.args, self.kwargs = args, kwargs
-        self.exercise = exercise or function
+        # A module handed to a function (generate(model, ...)) is that function's call.
+        self.exercise = exercise or (module.passed_to if module is not None and module.passed_to else function)
         self.module = module
         self.seen = seen
 

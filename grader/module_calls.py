@@ -5,6 +5,9 @@ instead: construct the class with these arguments, load this state, put it
 in train or eval mode, seed the generator, call ``forward``. The same
 recipe runs in the worker on the student's class and in the grader on the
 reference's and the known bugs' classes, so all three are judged alike.
+The recipe may also call another method than ``forward`` (``method``), or
+hand the built module to one of the chapter's functions (``passed_to``):
+``generate(model, prompt, num_tokens)`` needs the student's own model.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class ModuleCall:
         seed: ``torch.manual_seed`` right before the call, for dropout.
         return_state: answer ``(forward's result, {name: parameter})``, so a
             check can see the module's parameter names and shapes.
+        method: the method to call instead of ``forward`` (``module(...)``).
+        passed_to: a function of the same namespace to call with the module
+            first, ``passed_to(module, *args, **kwargs)``, instead of the
+            module itself.
     """
 
     init_args: tuple = ()
@@ -37,6 +44,8 @@ class ModuleCall:
     train: bool = False
     seed: int | None = None
     return_state: bool = False
+    method: str | None = None
+    passed_to: str | None = None
 
     def encode(self) -> dict:
         """The recipe as plain data, for a request to the worker."""
@@ -47,6 +56,8 @@ class ModuleCall:
             "train": bool(self.train),
             "seed": self.seed,
             "return_state": bool(self.return_state),
+            "method": self.method,
+            "passed_to": self.passed_to,
         }
 
     @classmethod
@@ -58,7 +69,16 @@ class ModuleCall:
             train=bool(node["train"]),
             seed=node["seed"] if type(node["seed"]) is int else None,
             return_state=bool(node["return_state"]),
+            method=_name(node.get("method")),
+            passed_to=_name(node.get("passed_to")),
         )
+
+    def call_text(self, name: str, arguments: str) -> str:
+        """``TransformerBlock(8, 2)(arguments)``, ``....forward_with_cache(arguments)``,
+        or ``generate(TinyLM(...), arguments)``."""
+        if self.passed_to:
+            return f"{self.passed_to}({self.text(name)}{', ' if arguments else ''}{arguments})"
+        return f"{self.text(name)}{'.' + self.method if self.method else ''}({arguments})"
 
     def text(self, name: str) -> str:
         """``MultiHeadAttention(d_model=8, num_heads=2)``, with ``.train()`` when training."""
@@ -88,10 +108,20 @@ def run_module_call(namespace: object, name: str, recipe: ModuleCall, args: list
     module.train(recipe.train)
     if recipe.seed is not None:
         torch.manual_seed(recipe.seed)
-    result = module(*args, **kwargs)
+    if recipe.passed_to:
+        result = getattr(namespace, recipe.passed_to)(module, *args, **kwargs)
+    elif recipe.method:
+        result = getattr(module, recipe.method)(*args, **kwargs)
+    else:
+        result = module(*args, **kwargs)
     if recipe.return_state:
         return result, {key: value.detach() for key, value in module.named_parameters()}
     return result
+
+
+def _name(value: object) -> str | None:
+    """A method's or function's name from a request: an identifier, or None."""
+    return value if isinstance(value, str) and value.isidentifier() else None
 
 
 def _expect_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor], text: str) -> None:

@@ -162,6 +162,8 @@ class RemoteSubmission:
         self.load()
         text = self.call_text(function, args, kwargs, module)
         self._refuse_unrunnable(function, module is not None)
+        if module is not None and module.passed_to:
+            self._refuse_unrunnable(module.passed_to)
         exercise = self._exercise or function
         self._refuse_forbidden(exercise)
         state = self._exercises.setdefault(exercise, _ExerciseState())
@@ -213,11 +215,7 @@ class RemoteSubmission:
                   module: ModuleCall | None = None) -> str:
         """``softmax(x (3, 5), dim=0)``: the call, with shapes but no input
         values; a module's call reads ``MultiHeadAttention(8, 2)(x (2, 5, 8))``."""
-        if module is not None:
-            names = self._signatures.get(f"{function}.forward", _UNKNOWN).parameters
-            function = module.text(function)
-        else:
-            names = self._signatures.get(function, _UNKNOWN).parameters
+        names = self._parameters_of(function, module)
         parts = []
         for index, value in enumerate(args):
             label = names[index] + " " if index < len(names) else ""
@@ -226,9 +224,21 @@ class RemoteSubmission:
             if value is None:
                 continue
             parts.append(f"{key} {_shapes(value)}" if _has_array(value) else f"{key}={_short_repr(value)}")
+        if module is not None:
+            return module.call_text(function, ", ".join(parts))
         return f"{function}({', '.join(parts)})"
 
     # -- internals ---------------------------------------------------------------
+
+    def _parameters_of(self, function: str, module: ModuleCall | None) -> list[str]:
+        """The names of the arguments a call passes: of ``softmax``, of
+        ``TinyLM.forward`` (or the recipe's method), or of the function the
+        recipe hands its module to, less that first parameter."""
+        if module is None:
+            return self._signatures.get(function, _UNKNOWN).parameters
+        if module.passed_to:
+            return self._signatures.get(module.passed_to, _UNKNOWN).parameters[1:]
+        return self._signatures.get(f"{function}.{module.method or 'forward'}", _UNKNOWN).parameters
 
     def _uses(self, exercise: str) -> list[str]:
         """The earlier exercises ``exercise`` builds on, as the catalog says."""
@@ -315,8 +325,7 @@ class RemoteSubmission:
             after_kwargs = answer.get("kwargs")
             if not isinstance(after_kwargs, dict):
                 raise WireError("malformed answer")
-            signature = f"{function}.forward" if module is not None else function
-            _expect_unchanged(text, list(args), after, self._signatures.get(signature, _UNKNOWN).parameters)
+            _expect_unchanged(text, list(args), after, self._parameters_of(function, module))
             for key, sent in kwargs.items():
                 if key in after_kwargs:
                     _expect_unchanged(text, [sent], [decode(after_kwargs[key])], [key])

@@ -65,8 +65,24 @@ class TransformerBlock(nn.Module):
     ``forward(x)``: ``x`` of shape ``(B, T, D)``, ``T`` from 1, gives shape
     ``(B, T, D)``.
 
-    Dtypes: ``x`` in the dtype of the parameters (float32); the result has
-    that dtype.
+    ``forward_with_cache(x, cache=None)``: the same block for ``T`` new
+    tokens that come after ``T_past`` earlier ones whose keys and values are
+    cached (chapter 4's ``attend_with_cache``). ``cache`` is None (no earlier
+    token, ``T_past = 0``) or ``(k_cache, v_cache)``, each of shape
+    ``(B, H, T_past, d)``: the keys and values of the earlier tokens, split
+    into heads. The new tokens' keys and values are appended after the cached
+    ones; new token ``i`` sits at position ``T_past + i`` and sees positions
+    ``0 .. T_past + i`` (the causal mask's bottom-right corner, ``(T, T_past
+    + T)``). Gives ``(output, (k, v))``: the new tokens' output ``(B, T, D)``,
+    equal to the last ``T`` rows of ``forward`` on all ``T_past + T``
+    inputs, and the cache with the new keys and values appended, each ``(B,
+    H, T_past + T, d)``, the cached tokens first. The cache passed in is not
+    modified (not in place either). ``forward(x)`` is
+    ``forward_with_cache(x)`` without the cache: it may return
+    ``self.forward_with_cache(x)[0]``.
+
+    Dtypes: ``x`` (and the cache) in the dtype of the parameters (float32);
+    the results have that dtype.
     """
 
     def __init__(self, d_model: int, num_heads: int):
@@ -82,20 +98,32 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
+        return self.forward_with_cache(x)[0]  # (B, T, D): one attention path for both
+        # END SOLUTION
+
+    def forward_with_cache(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        # BEGIN SOLUTION
         batch, length, d_model = x.shape
         head_dim = d_model // self.num_heads
         q, k, v = self.qkv(self.ln1(x)).split(d_model, dim=-1)  # 3 x (B, T, D)
         # (B, T, D) -> (B, T, H, d) -> (B, H, T, d), as chapter 3's split_heads
         q, k, v = (t.view(batch, length, self.num_heads, head_dim).transpose(1, 2) for t in (q, k, v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)
-        # Position t sees 0 .. t: the future is -inf before the softmax, so its weight is 0.
-        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=-2)  # (B, H, T_past + T, d): the past first
+            v = torch.cat([cache[1], v], dim=-2)
+        past = k.shape[-2] - length  # T_past, 0 without a cache
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T_past + T)
+        # New token i is position past + i: it sees keys 0 .. past + i, and the later ones are
+        # -inf before the softmax (weight 0). Bottom-right: a plain triu(1) would hide the past.
+        future = torch.ones(length, past + length, dtype=torch.bool, device=x.device).triu(past + 1)
         scores = scores.masked_fill(future, float("-inf"))
         heads = torch.softmax(scores, dim=-1) @ v  # (B, H, T, d)
         merged = heads.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, D)
         x = x + self.proj(merged)
         x = x + self.mlp(self.ln2(x))
-        return x  # (B, T, D)
+        return x, (k, v)  # (B, T, D), and the cache (B, H, T_past + T, d) each
         # END SOLUTION
 
 
@@ -121,8 +149,20 @@ class TinyLM(nn.Module):
     ``forward(tokens)``: ``tokens`` of shape ``(B, T)`` (integers,
     ``1 <= T <= context``) gives logits of shape ``(B, T, V)``.
 
-    Dtypes: ``tokens`` int64; the logits have the parameters' dtype
-    (float32).
+    ``forward_with_cache(tokens, cache=None)``: the logits of ``T`` new
+    tokens that come after ``T_past`` earlier ones, from the blocks'
+    ``forward_with_cache``. ``cache`` is None (``T_past = 0``) or a list with
+    one ``(k_cache, v_cache)`` a block, in the order of ``blocks``, each of
+    shape ``(B, H, T_past, d)``; ``T_past + T <= context``. The new tokens
+    sit at positions ``T_past .. T_past + T - 1``: those are the rows of
+    ``pos_emb`` they get. Gives ``(logits, cache)``: logits ``(B, T, V)``,
+    equal to the last ``T`` rows of ``forward`` on all ``T_past + T``
+    tokens, and the list of every block's grown cache, each ``(B, H, T_past
+    + T, d)``. ``forward(tokens)`` may return
+    ``self.forward_with_cache(tokens)[0]``.
+
+    Dtypes: ``tokens`` int64; the logits (and the cache) have the
+    parameters' dtype (float32).
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, context: int):
@@ -137,11 +177,21 @@ class TinyLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
-        positions = torch.arange(tokens.shape[1], device=tokens.device)  # (T,)
+        return self.forward_with_cache(tokens)[0]  # (B, T, V)
+        # END SOLUTION
+
+    def forward_with_cache(
+        self, tokens: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        # BEGIN SOLUTION
+        past = 0 if cache is None else cache[0][0].shape[-2]  # T_past: the cached keys' positions
+        positions = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # (T,)
         x = self.tok_emb(tokens) + self.pos_emb(positions)  # (B, T, D): (T, D) broadcasts over B
-        for block in self.blocks:
-            x = block(x)  # (B, T, D)
-        return self.head(self.ln_f(x))  # (B, T, V)
+        grown = []
+        for layer, block in enumerate(self.blocks):
+            x, block_cache = block.forward_with_cache(x, None if cache is None else cache[layer])  # (B, T, D)
+            grown.append(block_cache)  # (B, H, T_past + T, d) each
+        return self.head(self.ln_f(x)), grown  # (B, T, V), one cache a block
         # END SOLUTION
 
 
@@ -201,4 +251,44 @@ def train(
         optimizer.step()
         losses.append(loss.item())  # a float, not the tensor: keeping it would keep its graph
     return model, losses
+    # END SOLUTION
+
+
+def generate(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Continue ``prompt`` by ``num_tokens`` tokens, greedily, with the KV cache.
+
+    Run the prompt through ``model.forward_with_cache`` once (no cache yet);
+    then, ``num_tokens`` times: take the logits of the newest position, pick
+    the token with the largest one (``argmax``, no sampling), and run that
+    one token through ``model.forward_with_cache`` with the cache the last
+    call returned, which grows by one position a step. This must give what
+    running ``model`` on the whole sequence again at every step gives, at a
+    fraction of the cost. No gradients are needed (``torch.no_grad()``).
+
+    Args:
+        model: a ``TinyLM`` (its ``forward_with_cache`` is all this uses).
+        prompt: the first tokens, shape ``(B, T0)``, int64, ``T0 >= 1``.
+        num_tokens: how many tokens to add, ``N >= 1``;
+            ``T0 + N <= context``.
+
+    Returns:
+        ``(tokens, logits)``: ``tokens`` ``(B, T0 + N)``, the prompt then the
+        new tokens; ``logits`` ``(B, N, V)``, for each new token the logits
+        it was chosen from (those of the position before it).
+
+    Dtypes: ``prompt`` int64; ``tokens`` int64; ``logits`` have the model's
+    dtype (float32).
+    """
+    # BEGIN SOLUTION
+    with torch.no_grad():  # generating needs no gradients: no graph is kept
+        logits, cache = model.forward_with_cache(prompt)  # (B, T0, V): the whole prompt at once
+        tokens, chosen = prompt, []
+        for _ in range(num_tokens):
+            last = logits[:, -1]  # (B, V): the newest position predicts the next token
+            next_token = last.argmax(dim=-1, keepdim=True)  # (B, 1): greedy
+            tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + 1)
+            chosen.append(last)
+            # One new token at position T_past = cache[0][0].shape[-2]; the cache grows by one.
+            logits, cache = model.forward_with_cache(next_token, cache)  # (B, 1, V)
+    return tokens, torch.stack(chosen, dim=1)  # (B, T0 + N), (B, N, V)
     # END SOLUTION

@@ -2,8 +2,11 @@
 zero; a correct block written otherwise (PyTorch's causal attention) passes; a block
 without the causal mask fails its causality check and makes train's loss too low, with a
 message that says why; unshifted targets fail the training check alone; a model copied
-before training is caught when train returns it; and the lesson's numbers (the alphabet of
-text.txt, ln V, the loss the reference reaches) are true."""
+before training is caught when train returns it; the KV cache's slips (is_causal=True with
+a cache, positions restarting at 0, a cache not carried from step to step) are caught where
+they are made, with their hints; a generate that recomputes instead is right; an argmax tie
+may go either way; and the lesson's numbers (the alphabet of text.txt, ln V, the loss the
+reference reaches) are true."""
 
 import importlib.util
 import math
@@ -37,14 +40,15 @@ def _failed(report, exercise: str) -> dict[str, str]:
 
 def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
     solved = grade_source(SOLUTION, chapter="ch08", limits=TRAINING)
-    assert solved.passed and solved.score == solved.max_score == 10
+    assert solved.passed and solved.score == solved.max_score == 15
     stub = grade_source(stub_source(CH08), chapter="ch08")
     assert stub.score == 0
     assert set(statuses(stub).values()) == {"not implemented"}
 
 
 # Correct code written otherwise: PyTorch's causal attention, the heads split with
-# unflatten, the MLP's layers named through an nn.Sequential built from a list.
+# unflatten, the MLP's layers named through an nn.Sequential built from a list; with a
+# cache, the bottom-right mask passed to SDPA (its is_causal=True is top-left).
 OTHER_STYLE_BLOCK = '''
 class TransformerBlock(nn.Module):
     def __init__(self, d_model, num_heads):
@@ -61,13 +65,85 @@ class TransformerBlock(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
         x = x + self.proj(y)
         return x + self.mlp(self.ln2(x))
+
+    def forward_with_cache(self, x, cache=None):
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.unflatten(-1, (self.h, -1)).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        length, keys = q.shape[2], k.shape[2]
+        ATTEND
+        y = F.scaled_dot_product_attention(q, k, v, MASK).transpose(1, 2).flatten(2)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x)), (k, v)
 '''
+BOTTOM_RIGHT = "attend = torch.ones(length, keys, dtype=torch.bool, device=x.device).tril(keys - length)"
 
 
 def test_correct_code_in_another_style_scores_full_marks(grade_source):
-    source = replace_function(SOLUTION, "TransformerBlock", OTHER_STYLE_BLOCK)
-    report = grade_source(source, chapter="ch08", limits=TRAINING)
+    block = OTHER_STYLE_BLOCK.replace("ATTEND", BOTTOM_RIGHT).replace("MASK", "attn_mask=attend")
+    report = grade_source(replace_function(SOLUTION, "TransformerBlock", block), chapter="ch08", limits=TRAINING)
     assert report.passed, [(r.exercise.name, r.reason) for r in report.exercises if r.status != "passed"]
+
+
+def test_is_causal_with_a_cache_is_told_its_mask_is_the_top_left_corner(grade_source):
+    """SDPA's is_causal=True aligns its mask top-left: right without a cache, wrong with one
+    (a new token would see only the first keys)."""
+    block = OTHER_STYLE_BLOCK.replace("ATTEND", "pass").replace("MASK", "is_causal=True")
+    report = grade_source(replace_function(SOLUTION, "TransformerBlock", block), chapter="ch08")
+    assert statuses(report)["TransformerBlock"] == "failed"
+    failed = result_of(report, "TransformerBlock").failed_checks
+    assert failed and all(check.check.startswith("forward_with_cache(x, cache)") for check in failed)
+    assert failed[0].hint == _bug("top-left-mask").hint
+
+
+def test_positions_that_restart_at_0_fail_the_models_cached_path_and_generate(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("positions-restart-at-0")), chapter="ch08", limits=TRAINING)
+    assert statuses(report) == {"TransformerBlock": "passed", "TinyLM": "failed", "train": "passed",
+                                "generate": "failed"}
+    model = result_of(report, "TinyLM")
+    assert {check.hint for check in model.failed_checks} >= {_bug("positions-restart-at-0").hint}
+    assert "TinyLM" in result_of(report, "generate").note  # "it uses TinyLM, which fails too"
+
+
+def test_a_cache_not_carried_fails_generate_alone_with_its_hint(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("cache-not-carried")), chapter="ch08", limits=TRAINING)
+    assert statuses(report)["TinyLM"] == "passed" and statuses(report)["generate"] == "failed"
+    failed = result_of(report, "generate").failed_checks
+    assert failed and all(check.hint == _bug("cache-not-carried").hint for check in failed
+                          if check.check.startswith(("gives the tokens", "each new token")))
+    own = [message for check, message in _failed(report, "generate").items()
+           if check.startswith("each new token's logits are your TinyLM's")]
+    assert own and all("cached and recomputed must agree" in message for message in own)
+
+
+# Greedy generation without the cache: the whole sequence again at every step. Slow, and right.
+RECOMPUTING_GENERATE = '''
+def generate(model, prompt, num_tokens):
+    tokens, chosen = prompt, []
+    with torch.no_grad():
+        for _ in range(num_tokens):
+            last = model(tokens)[:, -1]
+            chosen.append(last)
+            tokens = torch.cat([tokens, last.argmax(-1, keepdim=True)], dim=1)
+    return tokens, torch.stack(chosen, dim=1)
+'''
+
+
+def test_generate_that_recomputes_the_whole_sequence_is_right(grade_source):
+    """generate is judged by what it returns; TinyLM's checks judge the cached path."""
+    report = grade_source(replace_function(SOLUTION, "generate", RECOMPUTING_GENERATE), chapter="ch08")
+    assert statuses(report)["generate"] == "passed"
+
+
+def test_an_argmax_tie_may_go_either_way():
+    from grader.checks.test_ch08_tiny_language_model import _off_the_top
+
+    logits = torch.tensor([[1.0, 3.0, 3.0 - 1e-6, -2.0], [0.5, 0.0, 0.25, 0.5]])  # (B, V)
+    assert _off_the_top(logits, torch.tensor([1, 0])).tolist() == [False, False]
+    assert _off_the_top(logits, torch.tensor([2, 3])).tolist() == [False, False]  # ties
+    assert _off_the_top(logits, torch.tensor([0, 2])).tolist() == [True, True]
+    assert _off_the_top(logits, torch.tensor([4, -1])).tolist() == [True, True]  # not a token
 
 
 def test_a_block_without_the_causal_mask_is_caught_and_its_training_loss_is_too_low(grade_source):

@@ -4,6 +4,10 @@
   to logits, with the shape of the tensor between every two stages and the
   pre-norm block drawn open: each sub-layer reads a LayerNorm of the
   residual stream and adds its answer back to it.
+* ``generation.svg``: greedy generation with the KV cache, one call of
+  ``forward_with_cache`` a row: the prompt once, then one new token a step;
+  which positions each call reads from the cache and which it computes, the
+  rows of ``pos_emb`` the new tokens get, and the cache's length after it.
 
 Nothing random and no import of the reference solution, which students do
 not receive.
@@ -72,6 +76,57 @@ def architecture_svg() -> str:
     return svg_document(width, height, body)
 
 
+CACHED, NEW, PICKED = "#d9d9d9", "#fd8d3c", "#9ecae1"
+
+
+def generation_svg() -> str:
+    """Four calls of forward_with_cache: a prompt of four characters, then three new ones."""
+    prompt, new_tokens = list("the "), list("cat")
+    cell, left, top = 40, 250, 92
+    width, height = 720, 430
+    body = [
+        text(width / 2, 24, "greedy generation with the KV cache: one call of forward_with_cache a row",
+             size=14, bold=True),
+        text(left + 3.5 * cell, top - 40, "positions (one character each)", colour=MUTED),
+    ]
+    for position in range(len(prompt) + len(new_tokens)):
+        body.append(text(left + position * cell + cell / 2, top - 12, str(position)))
+    calls = [("forward_with_cache(prompt)", "T_past = 0: pos_emb rows 0..3", "cache: 4 positions")]
+    calls += [(f"forward_with_cache(token, cache)", f"T_past = {4 + step}: pos_emb row {4 + step}",
+               f"cache: {5 + step} positions") for step in range(len(new_tokens))]
+    for row, (call, positions, after) in enumerate(calls):
+        y = top + row * (cell + 26)
+        body.append(text(left - 12, y + cell / 2 - 2, call, anchor="end"))
+        body.append(text(left - 12, y + cell / 2 + 14, positions, anchor="end", size=11, colour=MUTED))
+        past = 0 if row == 0 else len(prompt) + row - 1
+        length = len(prompt) if row == 0 else 1
+        for position in range(past + length):
+            char = (prompt + new_tokens)[position]
+            fill = CACHED if position < past else NEW
+            body.append(f"<rect x='{left + position * cell}' y='{y}' width='{cell}' height='{cell}' "
+                        f"fill='{fill}' stroke='white'/>")
+            body.append(text(left + position * cell + cell / 2, y + cell / 2 + 5, "␣" if char == " " else char))
+        # The logits of the call's last position choose the next character.
+        chosen = past + length
+        if chosen < len(prompt) + len(new_tokens):
+            body.append(f"<rect x='{left + chosen * cell + 4}' y='{y + 4}' width='{cell - 8}' height='{cell - 8}' "
+                        f"fill='none' stroke='{STREAM}' stroke-width='2' stroke-dasharray='4 3'/>")
+            body.append(text(left + chosen * cell + cell / 2, y + cell / 2 + 5, new_tokens[row], colour=STREAM))
+        body.append(text(left + 7 * cell + 12, y + cell / 2 + 5, after, anchor="start", colour=MUTED))
+    legend_y = top + len(calls) * (cell + 26) + 6
+    for index, (fill, words) in enumerate(((CACHED, "keys and values read from the cache, not recomputed"),
+                                           (NEW, "computed by this call: its queries, and keys and values "
+                                                 "appended to the cache"))):
+        y = legend_y + index * 20
+        body.append(f"<rect x='20' y='{y - 11}' width='14' height='14' fill='{fill}'/>")
+        body.append(text(42, y + 1, words, anchor="start", size=11))
+    body.append(f"<rect x='20' y='{legend_y + 29}' width='14' height='14' fill='none' stroke='{STREAM}' "
+                f"stroke-width='2' stroke-dasharray='4 3'/>")
+    body.append(text(42, legend_y + 41, "the next character: argmax of the logits of the call's last position, "
+                     "the input of the next call", anchor="start", size=11))
+    return svg_document(width, height, body)
+
+
 def figures() -> dict[str, str]:
     """``{file name: SVG text}`` for ``chapters/08_tiny_language_model/figures/``."""
-    return {"architecture.svg": architecture_svg()}
+    return {"architecture.svg": architecture_svg(), "generation.svg": generation_svg()}

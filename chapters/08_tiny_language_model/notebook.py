@@ -14,6 +14,11 @@ print(y.shape)  # torch.Size([2, 5, 8])
 changed = x.clone()
 changed[:, -1] = torch.randn(2, 8)  # change only the last position
 print(torch.allclose(block(changed)[:, :-1], y[:, :-1]))  # True: earlier positions cannot see it
+# With a cache: positions 0 .. 2 first, then 3 and 4, give forward's last two rows.
+_, cache = block.forward_with_cache(x[:, :3])
+print([tuple(t.shape) for t in cache])  # [(2, 2, 3, 4), (2, 2, 3, 4)]: (B, H, T_past, d)
+out, cache = block.forward_with_cache(x[:, 3:], cache)
+print(torch.allclose(out, y[:, 3:], atol=1e-6), cache[0].shape[2])  # True 5: the cache grew by two
 
 # %% try TinyLM
 torch.manual_seed(0)
@@ -22,6 +27,9 @@ tokens = torch.randint(11, (3, 6))  # (B, T), T <= context
 print(model(tokens).shape)  # torch.Size([3, 6, 11])
 print(sorted(name for name in model.state_dict() if not name.startswith("blocks")))
 # ['head.bias', 'head.weight', 'ln_f.bias', 'ln_f.weight', 'pos_emb.weight', 'tok_emb.weight']
+logits, cache = model.forward_with_cache(tokens[:, :4])  # (3, 4, 11), one (k, v) a block
+last, cache = model.forward_with_cache(tokens[:, 4:5], cache)  # token 4 at position 4
+print(len(cache), torch.allclose(last, model(tokens[:, :5])[:, 4:], atol=1e-5))  # 2 True
 
 # %% try train
 from grader.catalog import COURSE_ROOT
@@ -33,6 +41,19 @@ ids = torch.tensor([alphabet.index(char) for char in text])  # (N,) one id a cha
 model, losses = train(ids, len(alphabet), steps=200, seed=0)
 print(len(losses), round(losses[0], 2), round(sum(losses[-10:]) / 10, 2))  # 200, about 3.5, about 1.8
 print(type(model).__name__)  # TinyLM: the model the loop trained
+
+# %% try generate
+torch.manual_seed(0)
+small = TinyLM(vocab_size=11, d_model=8, num_heads=2, num_layers=2, context=8)
+prompt = torch.randint(11, (2, 3))  # (B, T0)
+tokens, logits = generate(small, prompt, 5)
+print(tokens.shape, logits.shape)  # torch.Size([2, 8]) torch.Size([2, 5, 11])
+# Cached = recomputed: the logits of the whole sequence, at the positions before each new token.
+print(torch.allclose(logits, small(tokens[:, :-1])[:, 2:], atol=1e-5))  # True
+# The model train gave above, continuing "the " greedily:
+start = torch.tensor([[alphabet.index(char) for char in "the "]])
+new_text, _ = generate(model, start, 28)  # 4 + 28 = 32 positions, the context
+print(repr("".join(alphabet[i] for i in new_text[0])))  # 'the to and the the the the token' for seed 0
 
 # %% plot
 from IPython.display import SVG, display

@@ -26,6 +26,27 @@ BUGS = (
              "must become (B, T, H, d) (transpose(1, 2)) before the reshape to (B, T, D)",
              "merged = heads.transpose(1, 2).reshape(batch, length, d_model)",
              "merged = heads.reshape(batch, length, d_model)"),
+    KnownBug("TransformerBlock", "cache-ignored",
+             "looks like forward_with_cache leaves the cache out: the new tokens attend only to "
+             "each other, and the cache returned holds only their keys; append them after the "
+             "cached ones first (torch.cat along the token axis, dim=-2), then attend over all",
+             "        if cache is not None:\n", "        if False:\n"),
+    KnownBug("TransformerBlock", "cache-not-appended",
+             "looks like the cache returned is the one passed in: it never grows; return the "
+             "cached keys and values with the new tokens' appended, (B, H, T_past + T, d) each",
+             "return x, (k, v)", "return x, cache"),
+    KnownBug("TransformerBlock", "top-left-mask",
+             "looks like the causal mask of forward_with_cache is the top-left corner: new token "
+             "i is at position T_past + i and sees keys 0 .. T_past + i; a (T, T_past + T) mask "
+             "hides the keys after column T_past + i, triu(T_past + 1), not triu(1) (and "
+             "F.scaled_dot_product_attention's is_causal=True is top-left too: pass the mask)",
+             ".triu(past + 1)", ".triu(1)"),
+    KnownBug("TransformerBlock", "new-keys-first",
+             "looks like the new keys and values are put before the cached ones; the cache keeps "
+             "the tokens in order, the past first: torch.cat([cache, new], dim=-2)",
+             "k = torch.cat([cache[0], k], dim=-2)  # (B, H, T_past + T, d): the past first\n"
+             "            v = torch.cat([cache[1], v], dim=-2)",
+             "k = torch.cat([k, cache[0]], dim=-2)\n            v = torch.cat([v, cache[1]], dim=-2)"),
     # -- TinyLM ----------------------------------------------------------------------------------
     KnownBug("TinyLM", "no-position-embedding",
              "looks like the position embedding is not added: attention alone does not know the "
@@ -38,12 +59,29 @@ BUGS = (
     KnownBug("TinyLM", "first-block-only",
              "looks like only the first block runs: every block of self.blocks, in order, each on "
              "the previous one's output",
-             "for block in self.blocks:", "for block in self.blocks[:1]:"),
+             "enumerate(self.blocks)", "enumerate(self.blocks[:1])"),
     KnownBug("TinyLM", "embedding-scaled",
              "looks like the token embedding is multiplied by sqrt(d_model) (as in the 2017 "
              "Transformer); this model adds tok_emb(tokens) and pos_emb(positions) as they are",
              "x = self.tok_emb(tokens) + self.pos_emb(positions)",
              "x = self.tok_emb(tokens) * self.tok_emb.embedding_dim ** 0.5 + self.pos_emb(positions)"),
+    KnownBug("TinyLM", "positions-restart-at-0",
+             "looks like the new tokens get positions 0 .. T - 1 again; after T_past cached "
+             "tokens they are at T_past .. T_past + T - 1: pos_emb(arange(T_past, T_past + T))",
+             "torch.arange(past, past + tokens.shape[1], device=tokens.device)",
+             "torch.arange(tokens.shape[1], device=tokens.device)"),
+    KnownBug("TinyLM", "past-length-from-heads-axis",
+             "looks like T_past is read from the wrong axis of the cache: a cached key is "
+             "(B, H, T_past, d), so T_past = k.shape[-2] (shape[1] is the number of heads)",
+             "cache[0][0].shape[-2]", "cache[0][0].shape[1]"),
+    KnownBug("TinyLM", "one-cache-for-every-block",
+             "looks like every block gets the first block's cache: each block has its own keys "
+             "and values, cache[i] for blocks[i]",
+             "None if cache is None else cache[layer]", "None if cache is None else cache[0]"),
+    KnownBug("TinyLM", "cache-not-appended",
+             "looks like forward_with_cache returns the cache passed in, not the blocks' grown "
+             "ones: return the list of every block's (k, v) as its forward_with_cache returned it",
+             "return self.head(self.ln_f(x)), grown", "return self.head(self.ln_f(x)), cache"),
     # -- train -----------------------------------------------------------------------------------
     KnownBug("train", "targets-not-shifted",
              "looks like the model sees the token it must predict: either the targets are the "
@@ -76,4 +114,30 @@ BUGS = (
              "stepped",
              "return model, losses",
              "return TinyLM(vocab_size, d_model, num_heads, num_layers, context), losses"),
+    # -- generate --------------------------------------------------------------------------------
+    KnownBug("generate", "first-position-logits",
+             "looks like the first new token is chosen from the prompt's first position; the "
+             "next token is predicted by the newest position, logits[:, -1]",
+             "last = logits[:, -1]", "last = logits[:, 0]"),
+    KnownBug("generate", "cache-not-carried",
+             "looks like each step runs without the cache the last call returned: the new token "
+             "then sees only itself, at position 0; pass the cache on, "
+             "model.forward_with_cache(next_token, cache)",
+             "model.forward_with_cache(next_token, cache)", "model.forward_with_cache(next_token)"),
+    KnownBug("generate", "whole-sequence-with-cache",
+             "looks like the whole sequence is run again with the cache: the cache already holds "
+             "every earlier token, so each step runs only the newest one, (B, 1), and the "
+             "positions soon run past the context",
+             "model.forward_with_cache(next_token, cache)", "model.forward_with_cache(tokens, cache)",
+             error=r"index out of range"),
+    KnownBug("generate", "prompt-dropped",
+             "looks like only the new tokens are returned; tokens is (B, T0 + N): the prompt, then "
+             "the new tokens",
+             "return tokens, torch.stack(chosen, dim=1)",
+             "return tokens[:, prompt.shape[1]:], torch.stack(chosen, dim=1)"),
+    KnownBug("generate", "next-token-without-batch-axis",
+             "looks like the next token has lost its position axis: argmax(dim=-1) of (B, V) "
+             "gives (B,); keep it (B, 1) (keepdim=True) to append it to the tokens and to run it",
+             "last.argmax(dim=-1, keepdim=True)", "last.argmax(dim=-1)",
+             error=r"Tensors must have same number of dimensions"),
 )

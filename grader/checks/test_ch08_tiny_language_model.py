@@ -8,6 +8,18 @@ run on inputs whose last token is then changed: no earlier output may move.
 On a mismatch, known wrong implementations are run on the same inputs and a
 matching one's hint goes with the failure.
 
+Each module's ``forward_with_cache`` (chapter 4's KV cache) is run on the
+last tokens of a sequence, with the keys and values of the earlier ones as
+the oracle computes them: its output must be the last rows of the whole
+sequence's, and the cache it returns the oracle's keys and values of every
+token, the new ones appended. ``TinyLM`` fed a chunk and then one token at a
+time, each time with the cache it returned, must give its own ``forward``'s
+logits. ``generate`` runs the student's own ``TinyLM`` (``ModuleCall``'s
+``passed_to``): its tokens and logits must be what running the whole
+sequence again at every step gives, both in the oracle (no cache) and in
+the student's own ``TinyLM``; an argmax tie (two logits within float32's
+tolerance) may go either way.
+
 ``train`` runs in the worker: 200 AdamW steps of the default small model on
 the chapter's ``text.txt`` (about a second on one CPU thread). The loss
 must fall from about ln(V) to below ``LEARNED``, and must not fall below
@@ -17,6 +29,7 @@ returns comes back as its ``state_dict``; the student's ``TinyLM``, loaded
 with it, must not have the loss of an untrained model on the whole text.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -35,7 +48,17 @@ from grader.checks import (
     run,
     run_module,
 )
-from grader.compare import describe, expect_close, expect_true, fail, shape_text, unpack
+from grader.compare import (
+    TOLERANCES,
+    CheckFailure,
+    describe,
+    expect_close,
+    expect_true,
+    fail,
+    matching_hint,
+    shape_text,
+    unpack,
+)
 from grader.module_calls import ModuleCall
 from grader.wire import ModuleState
 
@@ -172,6 +195,64 @@ def test_block_parameters(submission, inputs):
     _expect_parameters(submission, "TransformerBlock", recipe, inputs.randn(2, 3, d_model), expected)
 
 
+# -- the KV cache, shared by the block's and the model's checks ---------------------------------
+
+
+def _parts(lookalikes, *path):
+    """The known bugs' outputs at ``output[path[0]][path[1]]...``, as
+    ``expect_close`` takes them; a bug whose output has no such part is left out."""
+    def outputs():
+        for hint, output in lookalikes():
+            try:
+                for index in path:
+                    output = output[index]
+            except Exception:  # None, a tensor where a tuple was due, a recorded fingerprint
+                continue
+            yield hint, output
+    return outputs
+
+
+def _expect_cache(got, expected: tuple, what: str, lookalikes, path: tuple = ()) -> None:
+    """One block's returned cache ``(k, v)`` equals ``expected``, keys first."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{what} is {describe(got)}; expected a tuple (k, v) of two (B, H, T_past + T, d) tensors",
+             hint=matching_hint(got, _parts(lookalikes, *path)))
+    for index, name in enumerate(("keys", "values")):
+        expect_close(got[index], expected[index], f"the {name} of {what}", bugs=_parts(lookalikes, *path, index),
+                     reference="the oracle's keys and values of the whole sequence, the cached tokens first")
+
+
+# -- TransformerBlock with a KV cache ---------------------------------------------------------------
+
+# (id, B, T_past, T, D, H): T_past 0 is a call without a cache
+BLOCK_CACHE_CASES = [
+    ("B2-past0-T4-D8-H2-no-cache", 2, 0, 4, 8, 2),
+    ("B1-past5-T1-D12-H3-one-token", 1, 5, 1, 12, 3),
+    ("B2-past3-T3-D8-H2-a-chunk", 2, 3, 3, 8, 2),
+]
+
+
+@exercise("TransformerBlock")
+@pytest.mark.parametrize("case", BLOCK_CACHE_CASES, ids=case_ids(BLOCK_CACHE_CASES))
+def test_block_with_cache_gives_the_whole_sequences_last_rows(submission, bugs, inputs, case):
+    """forward_with_cache(x, cache) gives the last rows of the block on the whole sequence, and the cache with the new keys and values appended"""
+    _, batch, past, length, d_model, num_heads = case
+    x = inputs.randn(batch, past + length, d_model)  # (B, T_past + T, D): the whole sequence
+    state = _block_state(inputs, d_model)
+    keys, values = oracles.block_keys_values(state, num_heads, x)  # (B, H, T_past + T, d) each
+    recipe = ModuleCall(init_kwargs={"d_model": d_model, "num_heads": num_heads}, state=state,
+                        method="forward_with_cache")
+    args = (x[:, past:],) if past == 0 else (x[:, past:], (keys[:, :, :past], values[:, :, :past]))
+    got, call = run_module(submission, "TransformerBlock", recipe, *args)
+    lookalikes = bugs.module("TransformerBlock", recipe, *args)
+    output, cache = unpack(got, ("output", "cache"), call)
+    expect_close(output, oracles.block(state, num_heads, x)[:, past:], f"output of {call}",
+                 bugs=_parts(lookalikes, 0),
+                 reference=f"the last {length} rows of the block on all {past + length} positions (PyTorch's "
+                           f"functions, F.scaled_dot_product_attention(is_causal=True))")
+    _expect_cache(cache, (keys, values), f"the cache {call} returned", lookalikes, (1,))
+
+
 # -- TinyLM ----------------------------------------------------------------------------------
 
 # (id, B, T, V, D, H, layers, context)
@@ -230,6 +311,71 @@ def test_model_parameters(submission, inputs):
     expected = {key: tuple(value.shape) for key, value in _model_state(inputs, 11, 8, 2, 8).items()}
     tokens = torch.randint(11, (2, 5), generator=inputs.generator)
     _expect_parameters(submission, "TinyLM", recipe, tokens, expected)
+
+
+# (id, B, T_past, T, V, D, H, layers, context): T_past 0 is a call without a cache
+MODEL_CACHE_CASES = [
+    ("B2-past0-T5-V11-D8-H2-L2-ctx8-no-cache", 2, 0, 5, 11, 8, 2, 2, 8),
+    ("B1-past7-T1-V13-D12-H3-L2-ctx8-one-token", 1, 7, 1, 13, 12, 3, 2, 8),
+    ("B2-past3-T4-V7-D8-H2-L1-ctx10-a-chunk", 2, 3, 4, 7, 8, 2, 1, 10),
+]
+
+
+def _model_recipe(inputs, vocab_size, d_model, num_heads, num_layers, context, **options):
+    """``(state, recipe)``: random weights for a TinyLM and the recipe that loads them."""
+    state = _model_state(inputs, vocab_size, d_model, num_layers, context)
+    init = {"vocab_size": vocab_size, "d_model": d_model, "num_heads": num_heads, "num_layers": num_layers,
+            "context": context}
+    return state, ModuleCall(init_kwargs=init, state=state, **options)
+
+
+@exercise("TinyLM")
+@pytest.mark.parametrize("case", MODEL_CACHE_CASES, ids=case_ids(MODEL_CACHE_CASES))
+def test_model_with_cache_gives_the_whole_sequences_last_rows(submission, bugs, inputs, case):
+    """forward_with_cache(tokens, cache) puts the new tokens at positions T_past.. and gives the whole sequence's last logits, and every block's grown cache"""
+    _, batch, past, length, vocab_size, d_model, num_heads, num_layers, context = case
+    tokens = torch.randint(vocab_size, (batch, past + length), generator=inputs.generator)  # (B, T_past + T)
+    state, recipe = _model_recipe(inputs, vocab_size, d_model, num_heads, num_layers, context,
+                                  method="forward_with_cache")
+    caches = oracles.model_keys_values(state, num_heads, num_layers, tokens)  # one (k, v) a block
+    args = ((tokens[:, past:],) if past == 0 else
+            (tokens[:, past:], [(k[:, :, :past], v[:, :, :past]) for k, v in caches]))
+    got, call = run_module(submission, "TinyLM", recipe, *args)
+    lookalikes = bugs.module("TinyLM", recipe, *args)
+    logits, grown = unpack(got, ("logits", "cache"), call)
+    expect_close(logits, oracles.model(state, num_heads, num_layers, tokens)[:, past:], f"logits of {call}",
+                 bugs=_parts(lookalikes, 0),
+                 reference=f"the last {length} positions of the model on all {past + length} tokens "
+                           f"(PyTorch's functions)")
+    if not isinstance(grown, (tuple, list)) or len(grown) != num_layers:
+        fail(f"{call} returned {describe(grown)} as its cache; expected a list of {num_layers} (k, v) "
+             f"tuples, one a block", hint=matching_hint(grown, _parts(lookalikes, 1)))
+    for layer, (block_cache, expected) in enumerate(zip(grown, caches)):
+        _expect_cache(block_cache, expected, f"the cache of blocks[{layer}] {call} returned", lookalikes, (1, layer))
+
+
+@exercise("TinyLM")
+def test_model_fed_a_token_at_a_time_gives_its_own_forward(submission, inputs):
+    """fed 3 tokens, then one token at a time with the cache each call returns, it gives forward's logits"""
+    batch, length, vocab_size, num_heads = 2, 7, 11, 2
+    tokens = torch.randint(vocab_size, (batch, length), generator=inputs.generator)  # (B, T)
+    _, recipe = _model_recipe(inputs, vocab_size, 8, num_heads, 2, 8)
+    whole, whole_call = run_module(submission, "TinyLM", recipe, tokens)
+    if not isinstance(whole, torch.Tensor) or tuple(whole.shape) != (batch, length, vocab_size):
+        fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
+             f"{shape_text((batch, length, vocab_size))}")
+    stepped = dataclasses.replace(recipe, method="forward_with_cache")
+    cache, start = None, 0
+    for stop in range(3, length + 1):  # a chunk of 3 tokens, then one at a time
+        args = (tokens[:, start:stop],) if cache is None else (tokens[:, start:stop], cache)
+        got, call = run_module(submission, "TinyLM", stepped, *args)
+        logits, cache = unpack(got, ("logits", "cache"), call)
+        expect_close(logits, whole[:, start:stop],
+                     f"{call}, after tokens 0 .. {start - 1} went in through the cache it returned," if start
+                     else call,
+                     reference=f"your own {whole_call} at positions {start} .. {stop - 1} (cached and "
+                               f"recomputed must agree)")
+        start = stop
 
 
 # -- train -----------------------------------------------------------------------------------
@@ -342,6 +488,115 @@ def test_train_returns_the_model_it_trained(submission):
              f"not a copy or a new one", hint=HINTS["fresh-model-returned"])
 
 
+# -- generate ---------------------------------------------------------------------------------
+
+# (id, B, T0, N, V, D, H, layers, context)
+GENERATE_CASES = [
+    ("B2-T3-N4-V11-D8-H2-L2-ctx8", 2, 3, 4, 11, 8, 2, 2, 8),
+    ("B1-T1-N7-V13-D12-H3-L1-ctx8-to-the-context", 1, 1, 7, 13, 12, 3, 1, 8),
+    ("B3-T5-N3-V7-D8-H2-L2-ctx10", 3, 5, 3, 7, 8, 2, 2, 10),
+]
+
+
+def _generated(got, call: str, batch: int, prompt_length: int, num_tokens: int, vocab_size: int, lookalikes=None):
+    """``generate``'s ``(tokens, logits)``, or a failure that says what came back instead."""
+    tokens, logits = unpack(got, ("tokens", "logits"), call)
+    hint = matching_hint(got, lookalikes)
+    for name, value, shape, dtype in (("tokens", tokens, (batch, prompt_length + num_tokens), torch.int64),
+                                      ("logits", logits, (batch, num_tokens, vocab_size), torch.float32)):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.dtype != dtype:
+            fail(f"{call} returned {name} {describe(value)}; expected {shape_text(shape)} "
+                 f"{str(dtype).removeprefix('torch.')}", hint=hint)
+    return tokens, logits
+
+
+def _tie(logits: torch.Tensor) -> torch.Tensor:
+    """``(...,)``: how far below the largest of each row of logits ``(..., V)`` a logit may be and
+    still tie with it. Two correct answers differ by up to twice float32's tolerance: where the
+    two largest logits are that close, argmax may pick either (rounding decides)."""
+    rtol, atol = TOLERANCES[torch.float32]
+    return 2 * (atol + rtol * logits.abs().amax(dim=-1))
+
+
+def _off_the_top(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(...,)`` bool: is the logit of each token ``(...,)`` further below its row's largest
+    than a tie (or the token not in the vocabulary)?"""
+    vocab_size = logits.shape[-1]
+    picked = logits.gather(-1, tokens.clamp(0, vocab_size - 1)[..., None])[..., 0]
+    return (tokens < 0) | (tokens >= vocab_size) | (picked < logits.amax(dim=-1) - _tie(logits))
+
+
+@exercise("generate")
+@pytest.mark.parametrize("case", GENERATE_CASES, ids=case_ids(GENERATE_CASES))
+def test_generate_equals_recomputing_the_whole_sequence(submission, bugs, inputs, case):
+    """gives the tokens and logits of greedy generation that runs the whole sequence again at every step"""
+    _, batch, prompt_length, num_tokens, vocab_size, d_model, num_heads, num_layers, context = case
+    prompt = torch.randint(vocab_size, (batch, prompt_length), generator=inputs.generator)  # (B, T0)
+    state, recipe = _model_recipe(inputs, vocab_size, d_model, num_heads, num_layers, context,
+                                  passed_to="generate")
+    got, call = run_module(submission, "TinyLM", recipe, prompt, num_tokens)
+    lookalikes = bugs.module("TinyLM", recipe, prompt, num_tokens)
+    tokens, logits = _generated(got, call, batch, prompt_length, num_tokens, vocab_size, lookalikes)
+    expected_tokens, expected_logits = oracles.greedy(state, num_heads, num_layers, prompt, num_tokens)
+    reference = "greedy generation without a cache: the model (PyTorch's functions) on the whole sequence, every step"
+    if not torch.equal(tokens[:, :prompt_length], prompt):
+        fail(f"{call}: the first {prompt_length} tokens returned are not the prompt; tokens is the prompt, then "
+             f"the new tokens", hint=matching_hint(got, lookalikes))
+    for step in range(num_tokens):
+        where = prompt_length + step
+        try:
+            expect_close(logits[:, step], expected_logits[:, step],
+                         f"logits of new token {step} (position {where}) of {call}", reference=reference)
+        except CheckFailure as failure:  # the known bugs' whole answers, never a slice of them
+            failure.hint = matching_hint(got, lookalikes)
+            raise
+        mine, right = tokens[:, where], expected_tokens[:, where]  # (B,)
+        if torch.equal(mine, right):
+            continue
+        off = _off_the_top(expected_logits[:, step], mine)  # (B,)
+        if not bool(off.any()):
+            return  # a tie went the other way: from here on another sequence, as right
+        row = int(off.nonzero()[0])
+        fail(f"{call}: new token {step} (position {where}) of sequence {row} is {int(mine[row])}, but its logits "
+             f"are largest at {int(right[row])}: the next token is their argmax, over the vocabulary",
+             hint=matching_hint(got, lookalikes))
+
+
+@exercise("generate")
+@pytest.mark.parametrize("case", GENERATE_CASES[:2], ids=case_ids(GENERATE_CASES[:2]))
+def test_generate_agrees_with_your_own_model(submission, bugs, inputs, case):
+    """each new token's logits are your TinyLM's on the sequence before it, and the token is their argmax"""
+    _, batch, prompt_length, num_tokens, vocab_size, d_model, num_heads, num_layers, context = case
+    prompt = torch.randint(vocab_size, (batch, prompt_length), generator=inputs.generator)  # (B, T0)
+    _, recipe = _model_recipe(inputs, vocab_size, d_model, num_heads, num_layers, context)
+    generating = dataclasses.replace(recipe, passed_to="generate")
+    got, call = run_module(submission, "TinyLM", generating, prompt, num_tokens)
+    lookalikes = bugs.module("TinyLM", generating, prompt, num_tokens)
+    tokens, logits = _generated(got, call, batch, prompt_length, num_tokens, vocab_size, lookalikes)
+    if not torch.equal(tokens[:, :prompt_length], prompt):
+        fail(f"{call}: the first {prompt_length} tokens returned are not the prompt; tokens is the prompt, then "
+             f"the new tokens", hint=matching_hint(got, lookalikes))
+    # Causal: the logits at position t of the final sequence are those of the sequence up to t.
+    whole, whole_call = run_module(submission, "TinyLM", recipe, tokens[:, :-1])
+    if not isinstance(whole, torch.Tensor) or tuple(whole.shape) != (batch, prompt_length + num_tokens - 1, vocab_size):
+        fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
+             f"{shape_text((batch, prompt_length + num_tokens - 1, vocab_size))}")
+    try:
+        expect_close(logits, whole[:, prompt_length - 1:], f"logits of {call}",
+                     reference=f"your own {whole_call} at the positions before each new token (cached and "
+                               f"recomputed must agree)")
+    except CheckFailure as failure:
+        failure.hint = matching_hint(got, lookalikes)
+        raise
+    new = tokens[:, prompt_length:]  # (B, N)
+    wrong = _off_the_top(logits, new)  # (B, N)
+    if bool(wrong.any()):
+        row, step = (int(i) for i in wrong.nonzero()[0])
+        fail(f"{call}: new token {step} of sequence {row} is {int(new[row, step])}, but the logits it came with "
+             f"are largest at {int(logits[row, step].argmax())}: greedy generation takes their argmax",
+             hint=matching_hint(got, lookalikes))
+
+
 # -- every exercise -----------------------------------------------------------------------
 
 test_would_run_on_a_gpu = portability_check([
@@ -352,4 +607,19 @@ test_would_run_on_a_gpu = portability_check([
         {"module": ModuleCall(init_kwargs={"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_layers": 1,
                                            "context": 8})})),
     portable("train", lambda inputs: ((_text_tokens()[0][:200], _text_tokens()[1], 2), {})),
+    # The cached paths make their masks and positions too; generate its tokens.
+    pytest.param("TransformerBlock", lambda inputs: (
+        (inputs.randn(2, 1, 8), (inputs.randn(2, 2, 3, 4), inputs.randn(2, 2, 3, 4))),
+        {"module": ModuleCall(init_kwargs={"d_model": 8, "num_heads": 2}, method="forward_with_cache")}),
+        marks=exercise("TransformerBlock"), id="TransformerBlock.forward_with_cache"),
+    pytest.param("TinyLM", lambda inputs: (
+        (torch.randint(11, (2, 1), generator=inputs.generator), [(inputs.randn(2, 2, 3, 4), inputs.randn(2, 2, 3, 4))]),
+        {"module": ModuleCall(init_kwargs={"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_layers": 1,
+                                           "context": 8}, method="forward_with_cache")}),
+        marks=exercise("TinyLM"), id="TinyLM.forward_with_cache"),
+    pytest.param("TinyLM", lambda inputs: (
+        (torch.randint(11, (2, 3), generator=inputs.generator), 4),
+        {"module": ModuleCall(init_kwargs={"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_layers": 1,
+                                           "context": 8}, passed_to="generate")}),
+        marks=exercise("generate"), id="generate"),
 ])

@@ -1,7 +1,9 @@
 """Chapter 8's oracles: a pre-norm transformer block and the tiny language
 model written with PyTorch's functions (``F.layer_norm``, ``F.linear``,
 ``F.scaled_dot_product_attention`` with ``is_causal=True``, ``F.gelu``,
-``F.embedding``) on the weights of a state dict, and the text cut into
+``F.embedding``) on the weights of a state dict; the keys and values each
+block computes (what a KV cache holds); greedy generation that runs the
+whole sequence again at every step (no cache); and the text cut into
 windows with their next tokens.
 
 Shapes: x ``(B, T, D)`` with ``D = H * d``; tokens ``(B, T)`` int64; logits
@@ -17,7 +19,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["block", "model", "text_windows"]
+__all__ = ["block", "block_keys_values", "greedy", "model", "model_keys_values", "text_windows"]
+
+
+def _heads(state, num_heads, x, prefix):
+    """``(q, k, v)``, ``(B, H, T, d)`` each: ``qkv(ln1(x))`` split into heads."""
+    batch, length, d_model = x.shape
+    normed = F.layer_norm(x, (d_model,), state[prefix + "ln1.weight"], state[prefix + "ln1.bias"])
+    qkv = F.linear(normed, state[prefix + "qkv.weight"], state[prefix + "qkv.bias"])  # (B, T, 3 D)
+    return tuple(t.reshape(batch, length, num_heads, -1).transpose(1, 2) for t in qkv.split(d_model, dim=-1))
+
+
+def block_keys_values(state, num_heads, x, prefix=""):
+    """``(k, v)``, ``(B, H, T, d)`` each: the keys and values the block computes
+    for the inputs ``x`` ``(B, T, D)``, one position at a time (what its KV
+    cache holds after those positions)."""
+    _, k, v = _heads(state, num_heads, x, prefix)
+    return k, v
 
 
 def block(state, num_heads, x, prefix=""):
@@ -27,9 +45,7 @@ def block(state, num_heads, x, prefix=""):
         return state[prefix + name]
 
     batch, length, d_model = x.shape
-    normed = F.layer_norm(x, (d_model,), w("ln1.weight"), w("ln1.bias"))
-    q, k, v = F.linear(normed, w("qkv.weight"), w("qkv.bias")).split(d_model, dim=-1)  # 3 x (B, T, D)
-    q, k, v = (t.reshape(batch, length, num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+    q, k, v = _heads(state, num_heads, x, prefix)  # (B, H, T, d) each
     heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, d)
     x = x + F.linear(heads.transpose(1, 2).reshape(batch, length, d_model), w("proj.weight"), w("proj.bias"))
     hidden = F.gelu(F.linear(F.layer_norm(x, (d_model,), w("ln2.weight"), w("ln2.bias")),
@@ -46,6 +62,30 @@ def model(state, num_heads, num_layers, tokens):
         x = block(state, num_heads, x, f"blocks.{layer}.")
     x = F.layer_norm(x, (x.shape[-1],), state["ln_f.weight"], state["ln_f.bias"])
     return F.linear(x, state["head.weight"], state["head.bias"])
+
+
+def model_keys_values(state, num_heads, num_layers, tokens):
+    """A list of ``(k, v)``, ``(B, H, T, d)`` each, one a block: what every
+    block's KV cache holds after the tokens ``(B, T)``."""
+    positions = torch.arange(tokens.shape[1])
+    x = F.embedding(tokens, state["tok_emb.weight"]) + F.embedding(positions, state["pos_emb.weight"])
+    found = []
+    for layer in range(num_layers):
+        found.append(block_keys_values(state, num_heads, x, f"blocks.{layer}."))
+        x = block(state, num_heads, x, f"blocks.{layer}.")
+    return found
+
+
+def greedy(state, num_heads, num_layers, prompt, num_tokens):
+    """``(tokens (B, T0 + N), logits (B, N, V))``: greedy generation with no
+    cache, the whole sequence run through ``model`` again at every step; each
+    step's logits are the last position's."""
+    tokens, chosen = prompt, []
+    for _ in range(num_tokens):
+        last = model(state, num_heads, num_layers, tokens)[:, -1]  # (B, V)
+        chosen.append(last)
+        tokens = torch.cat([tokens, last.argmax(dim=-1, keepdim=True)], dim=1)
+    return tokens, torch.stack(chosen, dim=1)
 
 
 def text_windows(tokens, context):

@@ -6,7 +6,9 @@ with -1e9, `subsequent_mask(size)` made on the CPU and moved with
 initialisation of every matrix (as make_model does), a hand-written LayerNorm
 (with the parameter names nn.LayerNorm has, and its biased variance), a Batch
 object holding src / tgt_y / ntokens, and a summed loss divided by the number
-of tokens.
+of tokens. With a cache, the mask is the last rows of subsequent_mask(past +
+T), and generate is the tutorial's greedy_decode (torch.max over the logits of
+the last position, ys grown with torch.cat) fed one word at a time.
 """
 
 import copy
@@ -70,7 +72,7 @@ class TransformerBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
         self.attn = None
 
-    def self_attn(self, x, mask):
+    def self_attn(self, x, mask, layer_cache=None):
         nbatches = x.size(0)
         # Same mask applied to all h heads.
         mask = mask.unsqueeze(1)
@@ -79,19 +81,29 @@ class TransformerBlock(nn.Module):
             lin.view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
             for lin in self.qkv(x).chunk(3, dim=-1)
         ]
+        # The earlier words' keys and values come first.
+        if layer_cache is not None:
+            key = torch.cat([layer_cache[0], key], dim=2)
+            value = torch.cat([layer_cache[1], value], dim=2)
         # 2) Apply attention on all the projected vectors in batch.
         x, self.attn = attention(query, key, value, mask=mask)
         # 3) "Concat" using a view and apply a final linear.
         x = x.transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
         del query
-        del key
-        del value
-        return self.proj(x)
+        return self.proj(x), (key, value)
 
     def forward(self, x):
         mask = subsequent_mask(x.size(1)).type_as(x)
-        x = x + self.self_attn(self.ln1(x), mask)
+        x = x + self.self_attn(self.ln1(x), mask)[0]
         return x + self.mlp(self.ln2(x))
+
+    def forward_with_cache(self, x, layer_cache=None):
+        past = 0 if layer_cache is None else layer_cache[0].size(2)
+        # The rows of the new words in the mask of the whole sequence.
+        mask = subsequent_mask(past + x.size(1))[:, past:].type_as(x)
+        attended, layer_cache = self.self_attn(self.ln1(x), mask, layer_cache)
+        x = x + attended
+        return x + self.mlp(self.ln2(x)), layer_cache
 
 
 class TinyLM(nn.Module):
@@ -116,6 +128,31 @@ class TinyLM(nn.Module):
         for layer in self.blocks:
             x = layer(x)
         return self.head(self.ln_f(x))
+
+    def forward_with_cache(self, src, cache=None):
+        start = 0 if cache is None else cache[0][0].size(2)
+        positions = torch.arange(start, start + src.size(1)).type_as(src)
+        x = self.tok_emb(src) + self.pos_emb(positions)
+        new_cache = []
+        for i, layer in enumerate(self.blocks):
+            x, layer_cache = layer.forward_with_cache(x, None if cache is None else cache[i])
+            new_cache.append(layer_cache)
+        return self.head(self.ln_f(x)), new_cache
+
+
+def generate(model, src, max_len):
+    "Greedy decoding, one word at a time through the cache."
+    with torch.no_grad():
+        out, cache = model.forward_with_cache(src)
+        ys = src
+        scores = []
+        for i in range(max_len):
+            prob = out[:, -1]
+            _, next_word = torch.max(prob, dim=1)
+            ys = torch.cat([ys, next_word.unsqueeze(1)], dim=1)
+            scores.append(prob)
+            out, cache = model.forward_with_cache(next_word.unsqueeze(1), cache)
+    return ys, torch.stack(scores, dim=1)
 
 
 class Batch:

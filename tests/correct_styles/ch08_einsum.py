@@ -5,7 +5,10 @@ each contraction with index letters (b batch, t/s positions, h heads, e head
 features, d model features, v vocabulary). The causal mask is
 torch.tril(torch.ones(T, T)).type_as(x), GELU is written with erf, embeddings
 are looked up by indexing the weight, and the training loss is the mean of
--log p(target) taken with log_softmax and gather.
+-log p(target) taken with log_softmax and gather. One forward serves both
+paths: the cache, kept as (b h s e), is read by einsum as it is, the mask is
+torch.tril(ones(T, S), diagonal=S - T), and positions are a slice of the
+position table.
 """
 
 import math
@@ -29,20 +32,27 @@ class TransformerBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_cache(x)[0]
+
+    def forward_with_cache(self, x: torch.Tensor, cache=None):
         B, T, D = x.shape
         H, E = self.h, D // self.h
         a = self.ln1(x)
         qkv = torch.einsum("btd,fd->btf", a, self.qkv.weight) + self.qkv.bias  # (B, T, 3D)
         q, k, v = qkv.view(B, T, 3, H, E).unbind(dim=2)  # (B, T, H, E) each
-        scores = torch.einsum("bthe,bshe->bhts", q, k) / math.sqrt(E)  # (B, H, T, T)
-        keep = torch.tril(torch.ones(T, T)).type_as(x)  # (T, T): 1 where s <= t
+        k, v = torch.einsum("bthe->bhte", k), torch.einsum("bthe->bhte", v)  # the cache's layout
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (B, H, S, E)
+        S = k.shape[2]
+        scores = torch.einsum("bthe,bhse->bhts", q, k) / math.sqrt(E)  # (B, H, T, S)
+        keep = torch.tril(torch.ones(T, S), diagonal=S - T).type_as(x)  # (T, S): 1 where s <= S - T + t
         scores = scores.masked_fill(keep == 0, float("-inf"))
         weights = scores.softmax(dim=-1)
-        heads = torch.einsum("bhts,bshe->bthe", weights, v).reshape(B, T, D)  # heads side by side
+        heads = torch.einsum("bhts,bhse->bthe", weights, v).reshape(B, T, D)  # heads side by side
         x = x + torch.einsum("btd,fd->btf", heads, self.proj.weight) + self.proj.bias
         up, down = self.mlp[0], self.mlp[2]
         hidden = gelu(torch.einsum("btd,fd->btf", self.ln2(x), up.weight) + up.bias)  # (B, T, 4D)
-        return x + torch.einsum("btf,df->btd", hidden, down.weight) + down.bias
+        return x + torch.einsum("btf,df->btd", hidden, down.weight) + down.bias, (k, v)
 
 
 class TinyLM(nn.Module):
@@ -55,11 +65,30 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_cache(tokens)[0]
+
+    def forward_with_cache(self, tokens: torch.Tensor, cache=None):
         T = tokens.shape[1]
-        x = self.tok_emb.weight[tokens] + self.pos_emb.weight[:T]  # (B, T, D)
-        for block in self.blocks:
-            x = block(x)
-        return torch.einsum("btd,vd->btv", self.ln_f(x), self.head.weight) + self.head.bias  # (B, T, V)
+        P = 0 if cache is None else cache[0][0].shape[2]  # positions already cached
+        x = self.tok_emb.weight[tokens] + self.pos_emb.weight[P:P + T]  # (B, T, D)
+        grown = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.forward_with_cache(x, None if cache is None else cache[i])
+            grown.append(kv)
+        logits = torch.einsum("btd,vd->btv", self.ln_f(x), self.head.weight) + self.head.bias  # (B, T, V)
+        return logits, grown
+
+
+def generate(model, prompt, num_tokens):
+    with torch.no_grad():
+        logits, cache = model.forward_with_cache(prompt)
+        seq, chosen = prompt, []
+        for _ in range(num_tokens):
+            last = logits[:, -1]  # (B, V)
+            nxt = last.argmax(-1)[:, None]  # (B, 1)
+            seq, chosen = torch.cat([seq, nxt], 1), chosen + [last]
+            logits, cache = model.forward_with_cache(nxt, cache)
+    return seq, torch.einsum("nbv->bnv", torch.stack(chosen))
 
 
 def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0, d_model=32, num_heads=2,

@@ -5,7 +5,11 @@ boolean tril applied with torch.where and torch.finfo(dtype).min (never -inf);
 the softmax runs in float32 (`softmax(..., dtype=torch.float32)`) and is cast
 back to the values' dtype; the model builds position_ids with an unsqueeze(0);
 the training loop uses CrossEntropyLoss on flattened labels and zeroes the
-gradients after each optimizer step, as the Trainer does.
+gradients after each optimizer step, as the Trainer does. The cache is GPT-2's
+eager one: layer_past / present tuples, use_cache, past_key_values with
+past_length = past_key_values[0][0].size(-2) and position_ids from there, and
+greedy_search's torch.argmax on next_token_logits, input_ids grown with
+torch.cat and only the last token fed once there is a past.
 """
 
 import math
@@ -64,13 +68,24 @@ class TransformerBlock(nn.Module):
         attn_output = torch.matmul(attn_weights, value)
         return attn_output, attn_weights
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def _forward(self, hidden_states, layer_past=None, use_cache=False):
         residual = hidden_states
         hidden_states = self.ln1(hidden_states)
         query, key, value = self.qkv(hidden_states).split(self.embed_dim, dim=2)
         query = self._split_heads(query, self.num_heads, self.head_dim)
         key = self._split_heads(key, self.num_heads, self.head_dim)
         value = self._split_heads(value, self.num_heads, self.head_dim)
+
+        if layer_past is not None:
+            past_key, past_value = layer_past
+            key = torch.cat((past_key, key), dim=-2)
+            value = torch.cat((past_value, value), dim=-2)
+
+        if use_cache is True:
+            present = (key, value)
+        else:
+            present = None
+
         attn_output, _ = self._attn(query, key, value)
         attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
         attn_output = self.proj(attn_output)
@@ -80,7 +95,13 @@ class TransformerBlock(nn.Module):
         hidden_states = self.ln2(hidden_states)
         feed_forward_hidden_states = self.mlp(hidden_states)
         hidden_states = residual + feed_forward_hidden_states
-        return hidden_states
+        return (hidden_states, present)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self._forward(hidden_states)[0]
+
+    def forward_with_cache(self, hidden_states, layer_past=None):
+        return self._forward(hidden_states, layer_past=layer_past, use_cache=True)
 
 
 class TinyLM(nn.Module):
@@ -94,22 +115,52 @@ class TinyLM(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
-    def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
+    def _forward(self, input_ids, past_key_values=None, use_cache=False):
         input_shape = input_ids.size()
         device = input_ids.device
-        position_ids = torch.arange(0, input_shape[-1], dtype=torch.long, device=device)
+        if past_key_values is None:
+            past_length = 0
+            past_key_values = tuple([None] * len(self.blocks))
+        else:
+            past_length = past_key_values[0][0].size(-2)
+        position_ids = torch.arange(past_length, input_shape[-1] + past_length, dtype=torch.long, device=device)
         position_ids = position_ids.unsqueeze(0)  # (1, seq_length)
 
         inputs_embeds = self.tok_emb(input_ids)
         position_embeds = self.pos_emb(position_ids)
         hidden_states = inputs_embeds + position_embeds
 
-        for block in self.blocks:
-            hidden_states = block(hidden_states)
+        presents = [] if use_cache else None
+        for block, layer_past in zip(self.blocks, past_key_values):
+            if use_cache is True:
+                hidden_states, present = block.forward_with_cache(hidden_states, layer_past=layer_past)
+                presents.append(present)
+            else:
+                hidden_states = block(hidden_states)
 
         hidden_states = self.ln_f(hidden_states)
         lm_logits = self.head(hidden_states)
-        return lm_logits
+        return lm_logits, presents
+
+    def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        return self._forward(input_ids)[0]
+
+    def forward_with_cache(self, input_ids, past_key_values=None):
+        return self._forward(input_ids, past_key_values=past_key_values, use_cache=True)
+
+
+@torch.no_grad()
+def generate(model, input_ids, max_new_tokens):
+    past_key_values = None
+    scores = ()
+    for _ in range(max_new_tokens):
+        model_inputs = input_ids if past_key_values is None else input_ids[:, -1:]
+        logits, past_key_values = model.forward_with_cache(model_inputs, past_key_values)
+        next_token_logits = logits[:, -1, :]
+        scores += (next_token_logits,)
+        next_tokens = torch.argmax(next_token_logits, dim=-1)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+    return input_ids, torch.stack(scores, dim=1)
 
 
 def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0, d_model=32, num_heads=2,

@@ -5,7 +5,12 @@ with diagonal=1, .type_as(h)) and hands it to every layer; a layer called on its
 own builds the same mask. Scores are softmaxed in float32,
 `F.softmax(scores.float(), dim=-1).type_as(xq)`. Training builds the model under
 `with torch.device(...)` and takes the loss as
-`F.cross_entropy(input=logits.transpose(1, 2), target=...)`.
+`F.cross_entropy(input=logits.transpose(1, 2), target=...)`. With a cache the
+layers take `start_pos` and the mask is llama's
+`torch.hstack([torch.zeros((seqlen, start_pos)), mask])`, none for a single
+token; generate is llama's: a `tokens` tensor filled with a pad id up to
+total_len, `prev_pos` and `cur_pos`, `torch.argmax(logits[:, -1], dim=-1)` and
+`next_token.reshape(-1)` written into `tokens[:, cur_pos]`.
 """
 
 import math
@@ -16,9 +21,14 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def causal_additive_mask(seqlen: int, like: torch.Tensor) -> torch.Tensor:
+def causal_additive_mask(seqlen: int, like: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
     mask = torch.full((seqlen, seqlen), float("-inf"), device=like.device)
     mask = torch.triu(mask, diagonal=1)
+    # When performing key-value caching, we compute the attention scores
+    # only for the new sequence. Thus, the matrix of scores is of size
+    # (seqlen, cache_len + seqlen), and the only masked entries are (i, j) for
+    # j > cache_len + i, since row i corresponds to token cache_len + i.
+    mask = torch.hstack([torch.zeros((seqlen, start_pos), device=like.device), mask])
     return mask.type_as(like)
 
 
@@ -34,7 +44,7 @@ class TransformerBlock(nn.Module):
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def attention(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def attention(self, x: torch.Tensor, mask: Optional[torch.Tensor], cache=None):
         bsz, seqlen, _ = x.shape
         xq, xk, xv = self.qkv(x).chunk(3, dim=-1)
 
@@ -45,20 +55,32 @@ class TransformerBlock(nn.Module):
         xq = xq.transpose(1, 2)  # (bs, n_heads, seqlen, head_dim)
         keys = xk.transpose(1, 2)
         values = xv.transpose(1, 2)
+        if cache is not None:
+            keys = torch.cat([cache[0], keys], dim=2)  # (bs, n_heads, cache_len + seqlen, head_dim)
+            values = torch.cat([cache[1], values], dim=2)
         scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
         if mask is not None:
-            scores = scores + mask  # (bs, n_heads, seqlen, seqlen)
+            scores = scores + mask  # (bs, n_heads, seqlen, cache_len + seqlen)
         scores = F.softmax(scores.float(), dim=-1).type_as(xq)
         output = torch.matmul(scores, values)  # (bs, n_heads, seqlen, head_dim)
         output = output.transpose(1, 2).contiguous().view(bsz, seqlen, -1)
-        return self.proj(output)
+        return self.proj(output), (keys, values)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if mask is None:
             mask = causal_additive_mask(x.shape[1], x)
-        h = x + self.attention(self.ln1(x), mask)
+        h = x + self.attention(self.ln1(x), mask)[0]
         out = h + self.mlp(self.ln2(h))
         return out
+
+    def forward_with_cache(self, x: torch.Tensor, cache=None, mask: Optional[torch.Tensor] = None):
+        start_pos = 0 if cache is None else cache[0].shape[2]
+        if mask is None and x.shape[1] > 1:
+            mask = causal_additive_mask(x.shape[1], x, start_pos)
+        attended, cache = self.attention(self.ln1(x), mask, cache)
+        h = x + attended
+        out = h + self.mlp(self.ln2(h))
+        return out, cache
 
 
 class TinyLM(nn.Module):
@@ -88,6 +110,43 @@ class TinyLM(nn.Module):
         h = self.ln_f(h)
         output = self.head(h).float()
         return output.type_as(h)
+
+    def forward_with_cache(self, tokens: torch.Tensor, caches=None):
+        _bsz, seqlen = tokens.shape
+        start_pos = 0 if caches is None else caches[0][0].shape[2]
+        h = self.tok_emb(tokens)
+        h = h + self.pos_emb.weight[start_pos:start_pos + seqlen]
+
+        mask = None
+        if seqlen > 1:
+            mask = causal_additive_mask(seqlen, h, start_pos)
+
+        new_caches = []
+        for i, layer in enumerate(self.blocks):
+            h, cache = layer.forward_with_cache(h, None if caches is None else caches[i], mask)
+            new_caches.append(cache)
+        h = self.ln_f(h)
+        output = self.head(h).float()
+        return output.type_as(h), new_caches
+
+
+@torch.inference_mode()
+def generate(model: TinyLM, prompt_tokens: torch.Tensor, max_gen_len: int):
+    bsz, prompt_len = prompt_tokens.shape
+    total_len = prompt_len + max_gen_len
+    pad_id = -1
+    tokens = torch.full((bsz, total_len), pad_id, dtype=torch.long, device=prompt_tokens.device)
+    tokens[:, :prompt_len] = prompt_tokens
+    all_logits = []
+    prev_pos, caches = 0, None
+    for cur_pos in range(prompt_len, total_len):
+        logits, caches = model.forward_with_cache(tokens[:, prev_pos:cur_pos], caches)
+        all_logits.append(logits[:, -1])
+        next_token = torch.argmax(logits[:, -1], dim=-1)
+        next_token = next_token.reshape(-1)
+        tokens[:, cur_pos] = next_token
+        prev_pos = cur_pos
+    return tokens, torch.stack(all_logits, dim=1)
 
 
 def train(tokens: torch.Tensor, vocab_size: int, steps: int, context: int = 32, batch_size: int = 16,

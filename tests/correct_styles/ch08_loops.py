@@ -3,7 +3,10 @@
 Each head takes its own slice of the fused q, k and v features and runs
 F.scaled_dot_product_attention(..., is_causal=True) (allowed in this chapter);
 the heads are concatenated back with torch.cat. Training draws each window
-of the batch in its own loop iteration and stacks them.
+of the batch in its own loop iteration and stacks them. With a cache, each new
+token has a loop iteration of its own too: it attends, with no mask, to the
+keys up to its own position (is_causal=True would align the mask top-left),
+and generate is a plain loop that appends one token at a time.
 """
 
 import torch
@@ -37,6 +40,32 @@ class TransformerBlock(nn.Module):
         x = x + self.mlp(self.ln2(x))
         return x
 
+    def forward_with_cache(self, x, cache=None):
+        d = self.d_model
+        hd = d // self.num_heads
+        B, T, _ = x.shape
+        qkv = self.qkv(self.ln1(x))  # (B, T, 3D)
+        q_all, k_all, v_all = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+        past = 0 if cache is None else cache[0].shape[2]
+        keys, values, outputs = [], [], []
+        for h in range(self.num_heads):
+            cols = slice(h * hd, (h + 1) * hd)
+            q_h, k_h, v_h = q_all[..., cols], k_all[..., cols], v_all[..., cols]  # (B, T, hd)
+            if cache is not None:
+                k_h = torch.cat([cache[0][:, h], k_h], dim=1)  # (B, past + T, hd)
+                v_h = torch.cat([cache[1][:, h], v_h], dim=1)
+            keys.append(k_h)
+            values.append(v_h)
+            rows = []
+            for t in range(T):  # new token t is at position past + t: it sees keys 0 .. past + t
+                seen = past + t + 1
+                rows.append(F.scaled_dot_product_attention(q_h[:, t:t + 1], k_h[:, :seen], v_h[:, :seen]))
+            outputs.append(torch.cat(rows, dim=1))  # (B, T, hd)
+        attn = torch.cat(outputs, dim=-1)  # (B, T, D), head 0 first
+        x = x + self.proj(attn)
+        x = x + self.mlp(self.ln2(x))
+        return x, (torch.stack(keys, dim=1), torch.stack(values, dim=1))  # (B, H, past + T, hd) each
+
 
 class TinyLM(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, num_layers, context):
@@ -58,6 +87,35 @@ class TinyLM(nn.Module):
             x = self.blocks[i](x)
         x = self.ln_f(x)
         return self.head(x)
+
+    def forward_with_cache(self, tokens, cache=None):
+        T = tokens.shape[1]
+        past = 0 if cache is None else cache[0][0].shape[2]
+        pos = torch.arange(past, past + T, device=tokens.device)
+        x = self.tok_emb(tokens) + self.pos_emb(pos)[None, :, :]
+        new_cache = []
+        for i in range(len(self.blocks)):
+            x, block_cache = self.blocks[i].forward_with_cache(x, None if cache is None else cache[i])
+            new_cache.append(block_cache)
+        x = self.ln_f(x)
+        return self.head(x), new_cache
+
+
+def generate(model, prompt, num_tokens):
+    with torch.no_grad():
+        logits, cache = model.forward_with_cache(prompt)
+        out = prompt
+        all_logits = []
+        for i in range(num_tokens):
+            step_logits = logits[:, -1, :]  # (B, V)
+            best = []
+            for b in range(step_logits.shape[0]):
+                best.append(int(step_logits[b].argmax()))
+            new = torch.tensor(best, device=prompt.device).view(-1, 1)  # (B, 1)
+            out = torch.cat([out, new], dim=1)
+            all_logits.append(step_logits)
+            logits, cache = model.forward_with_cache(new, cache)
+    return out, torch.stack(all_logits, dim=1)
 
 
 def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0, d_model=32, num_heads=2,

@@ -5,6 +5,10 @@ registered lower-triangular buffer `bias` of shape (1, 1, n, n), sliced to
 [:, :, :T, :T] and used with masked_fill(... == 0, -inf); GPT-2's initialisation
 (normal(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer));
 and a get_batch that stacks random windows, with zero_grad(set_to_none=True).
+With a cache, the new queries take the rows past .. past + T of the same
+buffer, [:, :, past:past + T, :past + T]; generate is nanoGPT's
+@torch.no_grad() loop with idx_next appended by torch.cat, greedy (top-1 of
+torch.topk) and fed alone once the prompt is in the cache.
 """
 
 import math
@@ -38,31 +42,41 @@ class TransformerBlock(nn.Module):
         self.register_buffer("bias", torch.tril(torch.ones(BLOCK_SIZE, BLOCK_SIZE))
                              .view(1, 1, BLOCK_SIZE, BLOCK_SIZE))
 
-    def attn(self, x):
+    def attn(self, x, kv_cache=None):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
-        if T > self.bias.size(-1):  # longer than the mask: make a bigger one
-            self.bias = torch.tril(torch.ones(T, T, device=x.device)).view(1, 1, T, T)
+        past = 0 if kv_cache is None else kv_cache[0].size(2)
+        if past + T > self.bias.size(-1):  # longer than the mask: make a bigger one
+            self.bias = torch.tril(torch.ones(past + T, past + T, device=x.device)).view(1, 1, past + T, past + T)
 
         # calculate query, key, values for all heads in batch and move head forward to be the batch dim
         q, k, v = self.qkv(x).split(self.n_embd, dim=2)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if kv_cache is not None:
+            k = torch.cat((kv_cache[0], k), dim=2)  # (B, nh, past + T, hs)
+            v = torch.cat((kv_cache[1], v), dim=2)
 
-        # causal self-attention; Self-attend: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
+        # causal self-attention; Self-attend: (B, nh, T, hs) x (B, nh, hs, past + T) -> (B, nh, T, past + T)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = att.masked_fill(self.bias[:, :, past:past + T, :past + T] == 0, float('-inf'))
         att = F.softmax(att, dim=-1)
-        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        y = att @ v  # (B, nh, T, past + T) x (B, nh, past + T, hs) -> (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs side by side
 
         # output projection
-        return self.proj(y)
+        return self.proj(y), (k, v)
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+        x = x + self.attn(self.ln1(x))[0]
         x = x + self.mlp(self.ln2(x))
         return x
+
+    def forward_with_cache(self, x, kv_cache=None):
+        y, kv_cache = self.attn(self.ln1(x), kv_cache)
+        x = x + y
+        x = x + self.mlp(self.ln2(x))
+        return x, kv_cache
 
 
 class TinyLM(nn.Module):
@@ -105,6 +119,43 @@ class TinyLM(nn.Module):
             x = block(x)
         x = self.ln_f(x)
         return self.head(x)  # (b, t, vocab_size)
+
+    def forward_with_cache(self, idx, kv_caches=None):
+        device = idx.device
+        b, t = idx.size()
+        past = 0 if kv_caches is None else kv_caches[0][0].size(2)
+        assert past + t <= self.block_size, f"Cannot forward to position {past + t}, block size is only {self.block_size}"
+        pos = torch.arange(past, past + t, dtype=torch.long, device=device)  # shape (t)
+
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        new_caches = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.forward_with_cache(x, None if kv_caches is None else kv_caches[i])
+            new_caches.append(kv)
+        x = self.ln_f(x)
+        return self.head(x), new_caches
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens):
+        """Take a conditioning sequence of indices idx (LongTensor of shape (b,t)) and complete
+        the sequence max_new_tokens times, greedily, feeding the predictions back into the model
+        one at a time through the KV cache."""
+        logits, kv_caches = self.forward_with_cache(idx)
+        picked = []
+        for _ in range(max_new_tokens):
+            # pluck the logits at the final step
+            logits = logits[:, -1, :]
+            picked.append(logits)
+            # greedy: the top-1 of the distribution
+            _, idx_next = torch.topk(logits, k=1, dim=-1)
+            # append sampled index to the running sequence and continue
+            idx = torch.cat((idx, idx_next), dim=1)
+            logits, kv_caches = self.forward_with_cache(idx_next, kv_caches)
+        return idx, torch.stack(picked, dim=1)
+
+
+def generate(model, idx, max_new_tokens):
+    return model.generate(idx, max_new_tokens)
 
 
 def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0,
