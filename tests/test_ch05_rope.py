@@ -159,7 +159,7 @@ def apply_rope(x, token_positions, theta=10000.0):
 
 
 @pytest.mark.parametrize("exercise, bug, property_check", [
-    # nanochat #264: rotate-half pairs with repeat_interleave'd frequencies lose the relative property
+    # the mix of the lesson (section 6): rotate-half pairs with repeat_interleave'd frequencies
     ("apply_rope_half", "frequencies-interleaved", "q_m . k_n depends only on m - n"),
     ("apply_rope_half", "frequencies-interleaved", "keeps the length of every vector"),
     # the mirror mix: adjacent pairs with the angles laid out cat([a, a])
