@@ -140,7 +140,7 @@ def torch_multihead_forward(state, query, key, value, num_heads, batch_first, ke
 
 def parameter_count(d_model, num_heads, bias=True):
     """The number of parameters of ``nn.MultiheadAttention(d_model, num_heads,
-    bias=bias)``, built on the CPU: the checks' widths are small, and on the
-    meta device torch 2.5 initialises through sympy, half a second."""
-    module = nn.MultiheadAttention(d_model, num_heads, bias=bias)
+    bias=bias)``, built on the meta device: shapes without memory, for a
+    model too wide to build too (on torch 2.5 that imports sympy, half a second)."""
+    module = nn.MultiheadAttention(d_model, num_heads, bias=bias, device="meta")
     return sum(parameter.numel() for parameter in module.parameters())
