@@ -112,7 +112,7 @@ def repeat_vs_interleave_svg() -> str:
 GIB = 2**30
 LAYERS, HEAD_DIM, BYTES = 32, 128, 2  # a LLaMA-3-8B-like model (32 query heads) in bfloat16
 BATCH, TOKENS = 8, 8192
-WEIGHTS_BYTES = 8e9 * BYTES  # about 8 billion parameters
+WEIGHTS_BYTES = 8_030_261_248 * BYTES  # LLaMA 3 8B's parameters, from its config
 
 
 def cache_bytes(num_kv_heads: int) -> int:
