@@ -54,8 +54,9 @@ _WHOLE_TENSOR = frozenset({"_unique", "_unique2", "unique_dim", "unique_consecut
 # (``max(a, b)``) is elementwise.
 _REDUCTION_TAG = getattr(torch.Tag, "reduction", None)
 _REDUCTIONS = frozenset({
-    "all", "amax", "amin", "aminmax", "any", "argmax", "argmin", "count_nonzero", "linalg_vector_norm",
-    "logsumexp", "max", "mean", "min", "nansum", "norm", "prod", "std", "std_mean", "sum", "var", "var_mean",
+    "all", "amax", "amin", "aminmax", "any", "argmax", "argmin", "count_nonzero", "linalg__powsum",
+    "linalg_vector_norm", "logsumexp", "max", "mean", "min", "nansum", "norm", "prod", "std", "std_mean",
+    "sum", "var", "var_mean",
 })
 # Matrix products and distances, ``name: (operand, axes)``: one result entry sums over
 # these axes of that operand (``addmm(bias, a, b)`` over a's last; ``addbmm`` over the
