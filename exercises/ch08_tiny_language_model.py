@@ -225,3 +225,54 @@ def generate(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> tuple[torc
     """
     # YOUR CODE HERE
     raise NotImplementedError
+
+
+class RoPETransformerBlock(TransformerBlock):
+    """Optional, no points: ``TransformerBlock`` with rotary position
+    embeddings (chapter 5) on its queries and keys. Graded when you write it;
+    left as it is, it costs nothing.
+
+    The same block, parameters and ``state_dict`` names as
+    ``TransformerBlock`` (RoPE has none of its own), except that after the
+    heads are split, each head's queries and keys are rotated by their
+    token's position, as chapter 5's ``apply_rope``: features ``(2k, 2k + 1)``
+    of a head of width ``d`` turn by the angle ``position * theta ** (-2k /
+    d)`` (adjacent pairs, the angles in float32). The values are not rotated.
+    A model built from these blocks needs no ``pos_emb``: the scores depend
+    on the distance between two positions only.
+
+    Args:
+        d_model, num_heads: as for ``TransformerBlock``; ``d = d_model //
+            num_heads`` is even.
+        theta: the base of the frequencies.
+
+    ``__init__`` and ``forward`` are given: the first keeps ``self.theta``
+    and ``self.head_dim`` (``d``), whatever your ``TransformerBlock`` calls
+    its own attributes. Write ``forward_with_cache``.
+
+    ``forward(x)``: ``x`` ``(B, T, D)``, at positions ``0 .. T - 1``, gives
+    ``(B, T, D)``.
+
+    ``forward_with_cache(x, cache=None)``: as ``TransformerBlock``'s; the new
+    tokens sit at positions ``T_past .. T_past + T - 1`` and are rotated
+    there. The cache holds keys already rotated (as Hugging Face's and
+    llama's caches do), so cached keys are never rotated again: ``(k, v)``,
+    each ``(B, H, T_past + T, d)``, the rotated keys and the values.
+
+    Dtypes: ``x`` (and the cache) in the dtype of the parameters (float32);
+    the results have that dtype.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, theta: float = 10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+        self.head_dim = d_model // num_heads  # d: whatever your TransformerBlock calls its head count
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_cache(x)[0]  # (B, T, D)
+
+    def forward_with_cache(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        # YOUR CODE HERE
+        raise NotImplementedError

@@ -784,6 +784,8 @@ def print_summary(result: BatchResult, console: Console, top_bugs: int = 10) -> 
             continue
         table.add_row(Text(chapter.id, style="bold"))
         for exercise in chapter.exercises:
+            if exercise.optional:  # worth 0 points: a score cannot tell written and right from left alone
+                continue
             key = exercise_key(chapter, exercise.name)
             passed = sum(row.scores.get(key, 0) == exercise.points for row in submitted)
             rate = passed / len(submitted)

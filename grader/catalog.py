@@ -37,6 +37,9 @@ class Exercise:
             when found in the exercise's source.
         uses: earlier exercises of the same chapter that it builds on; when
             those fail too, the report says so.
+        optional: an extension worth no points, graded when the student
+            writes it: left as the stub (or absent from the file), it is
+            "not attempted" and counts against nothing.
     """
 
     name: str
@@ -44,6 +47,7 @@ class Exercise:
     points: int
     forbidden: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,8 @@ CHAPTERS: tuple[Chapter, ...] = (
         # anything, so its 200 steps run without the refusing modes' cost.
         # TransformerBlock and TinyLM each have a second path, forward_with_cache
         # (chapter 4's KV cache), graded with them; generate runs the student's
-        # own TinyLM through it.
+        # own TinyLM through it. RoPETransformerBlock, optional, is the block
+        # with chapter 5's rotary embeddings: graded when written, no points.
         exercises=(
             Exercise(
                 "TransformerBlock",
@@ -344,6 +349,14 @@ CHAPTERS: tuple[Chapter, ...] = (
                 3,
                 forbidden=MULTI_HEAD_CALLS,
                 uses=("TinyLM",),
+            ),
+            Exercise(
+                "RoPETransformerBlock",
+                "optional: the block with rotary embeddings, rotated from T_past with a cache",
+                0,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("TransformerBlock",),
+                optional=True,
             ),
         ),
         extra_cost=150,  # training takes 1.7 s, about what 150 other checks take

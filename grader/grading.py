@@ -50,7 +50,7 @@ class ExerciseResult:
 
     chapter: Chapter
     exercise: Exercise
-    status: str  # "passed", "failed", "not implemented" or "missing"
+    status: str  # "passed", "failed", "not implemented", "missing" or "not attempted" (optional)
     reason: str  # one line for a table
     checks: list[CheckResult]
     note: str = ""  # e.g. that an exercise it builds on fails too
@@ -85,7 +85,7 @@ class GradeReport:
 
     @property
     def passed(self) -> bool:
-        return all(result.status == "passed" for result in self.exercises)
+        return all(result.status in ("passed", "not attempted") for result in self.exercises)
 
 
 def grade(
@@ -282,9 +282,13 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     if not failed:
         return ExerciseResult(chapter, exercise, "passed", f"{len(ran)} checks passed", checks)
     kinds = {check.kind for check in failed}
-    if kinds == {"not-implemented"} and len(failed) == len(ran):
-        return ExerciseResult(chapter, exercise, "not implemented", "not implemented yet", checks)
     first = failed[0]
+    untouched = kinds == {"not-implemented"} and len(failed) == len(ran)
+    if exercise.optional and (untouched or first.kind == "missing"):
+        return ExerciseResult(chapter, exercise, "not attempted", "optional, no points: graded when you write it",
+                              checks)
+    if untouched:
+        return ExerciseResult(chapter, exercise, "not implemented", "not implemented yet", checks)
     if first.kind == "missing":
         return ExerciseResult(chapter, exercise, "missing", first.message, checks)
     # One line: a known bug's hint says most; a wrong value is summed up by

@@ -86,7 +86,7 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
     add(nbformat.v4.new_code_cell(setup), SETUP)
     for exercise in chapter.exercises:
         add(nbformat.v4.new_markdown_cell(
-            f"### `{exercise.name}` ({exercise.points} point{'s' * (exercise.points != 1)})\n\n"
+            f"### `{exercise.name}` ({_worth(exercise)})\n\n"
             f"{exercise.summary[0].upper()}{exercise.summary[1:]}."), LESSON)
         add(nbformat.v4.new_code_cell(parts[exercise.name]), EXERCISE, exercise.name)
         if exercise.name in extra:
@@ -106,6 +106,13 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
     })
     nbformat.validate(notebook)
     return nbformat.writes(notebook) + "\n"
+
+
+def _worth(exercise) -> str:
+    """``3 points``; an optional exercise says it is worth none."""
+    if exercise.optional:
+        return "optional, no points"
+    return f"{exercise.points} point{'s' * (exercise.points != 1)}"
 
 
 def _how_to(chapter: Chapter) -> str:

@@ -292,3 +292,78 @@ def generate(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> tuple[torc
             logits, cache = model.forward_with_cache(next_token, cache)  # (B, 1, V)
     return tokens, torch.stack(chosen, dim=1)  # (B, T0 + N), (B, N, V)
     # END SOLUTION
+
+
+class RoPETransformerBlock(TransformerBlock):
+    """Optional, no points: ``TransformerBlock`` with rotary position
+    embeddings (chapter 5) on its queries and keys. Graded when you write it;
+    left as it is, it costs nothing.
+
+    The same block, parameters and ``state_dict`` names as
+    ``TransformerBlock`` (RoPE has none of its own), except that after the
+    heads are split, each head's queries and keys are rotated by their
+    token's position, as chapter 5's ``apply_rope``: features ``(2k, 2k + 1)``
+    of a head of width ``d`` turn by the angle ``position * theta ** (-2k /
+    d)`` (adjacent pairs, the angles in float32). The values are not rotated.
+    A model built from these blocks needs no ``pos_emb``: the scores depend
+    on the distance between two positions only.
+
+    Args:
+        d_model, num_heads: as for ``TransformerBlock``; ``d = d_model //
+            num_heads`` is even.
+        theta: the base of the frequencies.
+
+    ``__init__`` and ``forward`` are given: the first keeps ``self.theta``
+    and ``self.head_dim`` (``d``), whatever your ``TransformerBlock`` calls
+    its own attributes. Write ``forward_with_cache``.
+
+    ``forward(x)``: ``x`` ``(B, T, D)``, at positions ``0 .. T - 1``, gives
+    ``(B, T, D)``.
+
+    ``forward_with_cache(x, cache=None)``: as ``TransformerBlock``'s; the new
+    tokens sit at positions ``T_past .. T_past + T - 1`` and are rotated
+    there. The cache holds keys already rotated (as Hugging Face's and
+    llama's caches do), so cached keys are never rotated again: ``(k, v)``,
+    each ``(B, H, T_past + T, d)``, the rotated keys and the values.
+
+    Dtypes: ``x`` (and the cache) in the dtype of the parameters (float32);
+    the results have that dtype.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, theta: float = 10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+        self.head_dim = d_model // num_heads  # d: whatever your TransformerBlock calls its head count
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_cache(x)[0]  # (B, T, D)
+
+    def forward_with_cache(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        # BEGIN SOLUTION
+        batch, length, d_model = x.shape
+        head_dim = self.head_dim
+        q, k, v = self.qkv(self.ln1(x)).split(d_model, dim=-1)  # 3 x (B, T, D)
+        q, k, v = (t.view(batch, length, -1, head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+        start = 0 if cache is None else cache[0].shape[-2]  # T_past: the new tokens come after it
+        positions = torch.arange(start, start + length, device=x.device)  # (T,)
+        frequencies = self.theta ** (-torch.arange(0, head_dim, 2, device=x.device) / head_dim)  # (d/2,)
+        angles = positions[:, None].float() * frequencies  # (T, d/2), float32 as chapter 5
+
+        def rotate(t):  # (B, H, T, d): pairs (2k, 2k + 1) turned by angles[:, k]
+            even, odd = t.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, T, d/2) each
+            cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
+            return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+        q, k = rotate(q), rotate(k)  # the values keep their features
+        if cache is not None:  # the cached keys were rotated when they were new
+            k = torch.cat([cache[0], k], dim=-2)  # (B, H, T_past + T, d)
+            v = torch.cat([cache[1], v], dim=-2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T_past + T)
+        hidden = torch.ones(length, start + length, dtype=torch.bool, device=x.device).triu(start + 1)
+        heads = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ v  # (B, H, T, d)
+        x = x + self.proj(heads.transpose(1, 2).reshape(batch, length, d_model))
+        x = x + self.mlp(self.ln2(x))
+        return x, (k, v)  # (B, T, D), and the cache (B, H, T_past + T, d) each
+        # END SOLUTION

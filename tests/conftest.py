@@ -79,11 +79,12 @@ def grade_source(tmp_path: Path):
     """``grade_source(text)`` grades ``text`` as a chapter 1 submission;
     ``grade_source(text, chapter="ch03")`` as one for another chapter."""
 
-    def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01") -> GradeReport:
+    def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01",
+            only: set[str] | None = None) -> GradeReport:
         target = find_chapter(chapter)
         path = tmp_path / f"{target.module}.py"
         path.write_text(source, encoding="utf-8")
-        return grade([(target, path)], limits=limits, seed=seed)
+        return grade([(target, path)], limits=limits, seed=seed, only=only)
 
     return run
 

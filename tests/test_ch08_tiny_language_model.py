@@ -21,7 +21,7 @@ from conftest import TRAINING, replace_function, result_of, solution_source, sta
 from grader.bugs.ch08 import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
-from grader.known_bugs import apply_bug
+from grader.known_bugs import apply_bug, function_span
 
 CH08 = find_chapter("ch08")
 SOLUTION = solution_source(CH08)
@@ -42,8 +42,10 @@ def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
     solved = grade_source(SOLUTION, chapter="ch08", limits=TRAINING)
     assert solved.passed and solved.score == solved.max_score == 15
     stub = grade_source(stub_source(CH08), chapter="ch08")
-    assert stub.score == 0
-    assert set(statuses(stub).values()) == {"not implemented"}
+    assert stub.score == 0 and not stub.passed
+    assert statuses(stub) == {"TransformerBlock": "not implemented", "TinyLM": "not implemented",
+                              "train": "not implemented", "generate": "not implemented",
+                              "RoPETransformerBlock": "not attempted"}
 
 
 # Correct code written otherwise: PyTorch's causal attention, the heads split with
@@ -100,7 +102,7 @@ def test_is_causal_with_a_cache_is_told_its_mask_is_the_top_left_corner(grade_so
 def test_positions_that_restart_at_0_fail_the_models_cached_path_and_generate(grade_source):
     report = grade_source(apply_bug(SOLUTION, _bug("positions-restart-at-0")), chapter="ch08", limits=TRAINING)
     assert statuses(report) == {"TransformerBlock": "passed", "TinyLM": "failed", "train": "passed",
-                                "generate": "failed"}
+                                "generate": "failed", "RoPETransformerBlock": "passed"}
     model = result_of(report, "TinyLM")
     assert {check.hint for check in model.failed_checks} >= {_bug("positions-restart-at-0").hint}
     assert "TinyLM" in result_of(report, "generate").note  # "it uses TinyLM, which fails too"
@@ -152,6 +154,74 @@ def test_generate_written_otherwise_is_right(grade_source, definition):
     """generate is judged by what it returns; TinyLM's checks judge the cached path."""
     report = grade_source(replace_function(SOLUTION, "generate", definition), chapter="ch08")
     assert statuses(report)["generate"] == "passed", result_of(report, "generate").reason
+
+
+# -- the optional RoPE block ---------------------------------------------------------------
+
+def _without_rope_block(source: str) -> str:
+    start, _ = function_span(source, "RoPETransformerBlock")
+    return source[:start]  # the class is the file's last definition
+
+
+def test_the_optional_block_left_out_or_as_the_stub_costs_nothing(grade_source):
+    """Not written (the stub's body) or not there at all (a file from before it existed):
+    "not attempted", full marks, and the grade passes."""
+    stub_block = stub_source(CH08)[function_span(stub_source(CH08), "RoPETransformerBlock")[0]:]
+    for source in (_without_rope_block(SOLUTION), _without_rope_block(SOLUTION) + stub_block):
+        report = grade_source(source, chapter="ch08", limits=TRAINING)
+        assert statuses(report)["RoPETransformerBlock"] == "not attempted"
+        assert report.passed and report.score == report.max_score == 15
+        assert result_of(report, "RoPETransformerBlock").score == 0
+
+
+@pytest.mark.parametrize("name", ["rope-positions-from-0", "cached-keys-rotated-again", "values-rotated",
+                                  "rope-half-pairs", "theta-ignored"])
+def test_a_wrong_optional_block_fails_the_grade_with_its_hint_and_costs_no_points(grade_source, name):
+    report = grade_source(apply_bug(SOLUTION, _bug(name)), chapter="ch08", limits=TRAINING,
+                          only={"RoPETransformerBlock"})
+    assert statuses(report) == {"RoPETransformerBlock": "failed"} and not report.passed
+    hints = {check.hint for check in result_of(report, "RoPETransformerBlock").failed_checks}
+    assert _bug(name).hint in hints
+
+
+# Meta's llama: pairs as complex numbers turned by e^(i p theta^(-2k/d)); PyTorch's attention with
+# the bottom-right mask as a boolean "attend" mask; the cache holds the rotated keys.
+COMPLEX_ROPE_BLOCK = '''
+class RoPETransformerBlock(TransformerBlock):
+    def __init__(self, d_model, num_heads, theta=10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+
+    def forward(self, x):
+        return self.forward_with_cache(x)[0]
+
+    def forward_with_cache(self, x, cache=None):
+        B, T, D = x.shape
+        H = self.num_heads
+        q, k, v = self.qkv(self.ln1(x)).unflatten(-1, (3, H, D // H)).permute(2, 0, 3, 1, 4)
+        past = 0 if cache is None else cache[0].size(2)
+        freqs = 1.0 / (self.theta ** (torch.arange(0, D // H, 2, device=x.device).float() / (D // H)))
+        t = torch.arange(past, past + T, device=x.device).float()
+        freqs_cis = torch.polar(torch.ones(T, D // H // 2, device=x.device), torch.outer(t, freqs))
+
+        def turn(u):
+            u_ = torch.view_as_complex(u.float().reshape(*u.shape[:-1], -1, 2))
+            return torch.view_as_real(u_ * freqs_cis).flatten(3).type_as(u)
+
+        q, k = turn(q), turn(k)
+        if cache is not None:
+            k, v = torch.cat((cache[0], k), 2), torch.cat((cache[1], v), 2)
+        attend = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
+        x = x + self.proj(y.transpose(1, 2).flatten(2))
+        return x + self.mlp(self.ln2(x)), (k, v)
+'''
+
+
+def test_the_optional_block_in_llamas_style_passes(grade_source):
+    report = grade_source(replace_function(SOLUTION, "RoPETransformerBlock", COMPLEX_ROPE_BLOCK), chapter="ch08",
+                          only={"RoPETransformerBlock"})
+    assert statuses(report) == {"RoPETransformerBlock": "passed"}, result_of(report, "RoPETransformerBlock").reason
 
 
 def test_an_argmax_tie_may_go_either_way():

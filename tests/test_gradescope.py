@@ -28,6 +28,8 @@ from grader.notebooks import notebook_text
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
 TOTAL = sum(chapter.points for chapter in CHAPTERS)
 EXERCISES = [f"{chapter.id} {exercise.name}" for chapter in CHAPTERS for exercise in chapter.exercises]
+OPTIONAL = {f"{chapter.id} {exercise.name}" for chapter in CHAPTERS for exercise in chapter.exercises
+            if exercise.optional}
 SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
 STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
 
@@ -132,7 +134,8 @@ def test_reference_solutions_get_full_marks(autograder):
     results, done = autograder(files)
     assert results["score"] == results["max_score"] == TOTAL
     assert list(scores(results)) == EXERCISES
-    assert all(score == maximum > 0 for score, maximum in scores(results).values())
+    assert all(score == maximum and (maximum > 0) != (name in OPTIONAL)
+               for name, (score, maximum) in scores(results).items())
     assert all(test["status"] == "passed" and test["visibility"] == "visible" for test in results["tests"])
     assert results["stdout_visibility"] == "hidden"
     assert f"ch01: graded {CH01.module}.py" in results["output"].splitlines()  # as `grade` names it
@@ -147,7 +150,10 @@ def test_untouched_stubs_score_zero(autograder):
     assert results["score"] == 0 and results["max_score"] == TOTAL
     assert list(scores(results)) == EXERCISES
     assert all(test["score"] == 0 and test["output"].startswith("not implemented yet")
-               for test in results["tests"])
+               for test in results["tests"] if test["name"].split(":")[0] not in OPTIONAL)
+    # An optional exercise left alone fails nothing: 0 of 0, passed.
+    assert all(test["status"] == "passed" and test["max_score"] == 0 and test["output"].startswith("optional")
+               for test in results["tests"] if test["name"].split(":")[0] in OPTIONAL)
 
 
 def test_a_notebook_in_a_folder_among_other_files(autograder):

@@ -55,6 +55,17 @@ start = torch.tensor([[alphabet.index(char) for char in "the "]])
 new_text, _ = generate(model, start, 28)  # 4 + 28 = 32 positions, the context
 print(repr("".join(alphabet[i] for i in new_text[0])))  # 'the to and the the the the token' for seed 0
 
+# %% try RoPETransformerBlock
+# Optional: leave it as it is and nothing is lost. Written, it should print what the comments say.
+torch.manual_seed(0)
+rope_block = RoPETransformerBlock(d_model=8, num_heads=2)
+x = torch.randn(2, 5, 8)  # (B, T, D), at positions 0 .. 4
+y = rope_block(x)
+print(y.shape, len(rope_block.state_dict()))  # torch.Size([2, 5, 8]) 12: TransformerBlock's, no more
+_, cache = rope_block.forward_with_cache(x[:, :3])  # positions 0 .. 2; the cache holds rotated keys
+out, cache = rope_block.forward_with_cache(x[:, 3:], cache)  # rotated at positions 3 and 4
+print(torch.allclose(out, y[:, 3:], atol=1e-5), cache[0].shape[2])  # True 5
+
 # %% plot
 from IPython.display import SVG, display
 

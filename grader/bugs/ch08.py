@@ -82,6 +82,50 @@ BUGS = (
              "looks like forward_with_cache returns the cache passed in, not the blocks' grown "
              "ones: return the list of every block's (k, v) as its forward_with_cache returned it",
              "return self.head(self.ln_f(x)), grown", "return self.head(self.ln_f(x)), cache"),
+    # -- RoPETransformerBlock (optional) -------------------------------------------------------
+    KnownBug("RoPETransformerBlock", "rope-positions-from-0",
+             "looks like the new tokens are rotated at positions 0 .. T - 1 again; after T_past "
+             "cached tokens they sit at T_past .. T_past + T - 1, and their queries and keys turn "
+             "by those positions (T_past = the cached keys' shape[-2])",
+             "start = 0 if cache is None else cache[0].shape[-2]", "start = 0"),
+    KnownBug("RoPETransformerBlock", "cached-keys-rotated-again",
+             "looks like the keys are rotated after the cached ones are put in front: those were "
+             "rotated when they were new, and turn a second time; rotate the new keys, then append "
+             "them to the cache",
+             "        q, k = rotate(q), rotate(k)  # the values keep their features\n"
+             "        if cache is not None:  # the cached keys were rotated when they were new\n"
+             "            k = torch.cat([cache[0], k], dim=-2)  # (B, H, T_past + T, d)\n",
+             "        if cache is not None:\n"
+             "            k = torch.cat([cache[0], k], dim=-2)\n"
+             "        angles = torch.arange(k.shape[-2], device=x.device)[:, None].float() * frequencies\n"
+             "        k = rotate(k)\n"
+             "        angles = positions[:, None].float() * frequencies\n"
+             "        q = rotate(q)\n"
+             "        if cache is not None:\n"),
+    KnownBug("RoPETransformerBlock", "values-rotated",
+             "looks like the values are rotated too; RoPE turns the queries and keys, whose dot "
+             "product then depends on the distance between positions; the values are left alone",
+             "q, k = rotate(q), rotate(k)", "q, k, v = rotate(q), rotate(k), rotate(v)"),
+    KnownBug("RoPETransformerBlock", "keys-not-rotated",
+             "looks like only the queries are rotated; rotate the keys too (by their own "
+             "positions): only then does q . k depend on the distance between the two positions",
+             "q, k = rotate(q), rotate(k)", "q = rotate(q)"),
+    KnownBug("RoPETransformerBlock", "rope-half-pairs",
+             "looks like the pairs are (k, k + d/2), the rotate_half convention; this block turns "
+             "adjacent pairs (2k, 2k + 1), as chapter 5's apply_rope",
+             "            even, odd = t.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, T, d/2) each\n",
+             "            even, odd = t.chunk(2, dim=-1)\n"
+             "            cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)\n"
+             "            return torch.cat([even * cos - odd * sin, even * sin + odd * cos], dim=-1)\n"),
+    KnownBug("RoPETransformerBlock", "rope-over-model-width",
+             "looks like the frequencies are spread over the model's width D (theta ** (-2k / D)); "
+             "each head is rotated on its own, over its d = D / H features: theta ** (-2k / d)",
+             "torch.arange(0, head_dim, 2, device=x.device) / head_dim)",
+             "torch.arange(0, head_dim, 2, device=x.device) / d_model)"),
+    KnownBug("RoPETransformerBlock", "theta-ignored",
+             "looks like the base of the frequencies is always 10000; use the theta the block "
+             "was built with",
+             "frequencies = self.theta **", "frequencies = 10000.0 **"),
     # -- train -----------------------------------------------------------------------------------
     KnownBug("train", "targets-not-shifted",
              "looks like the model sees the token it must predict: either the targets are the "

@@ -20,6 +20,11 @@ sequence again at every step gives, both in the oracle (no cache) and in
 the student's own ``TinyLM``; an argmax tie (two logits within float32's
 tolerance) may go either way.
 
+``RoPETransformerBlock`` (optional, no points) is checked as the block is,
+against an oracle that rotates queries and keys as Meta's llama does (as
+complex numbers); with a cache, the new tokens must be rotated from
+``T_past`` and the cache must hold the rotated keys.
+
 ``train`` runs in the worker: 200 AdamW steps of the default small model on
 the chapter's ``text.txt`` (about a second on one CPU thread). The loss
 must fall from about ln(V) to below ``LEARNED``, and must not fall below
@@ -605,6 +610,94 @@ def test_generate_agrees_with_your_own_model(submission, bugs, inputs, case):
              hint=matching_hint(got, lookalikes))
 
 
+# -- RoPETransformerBlock (optional) -------------------------------------------------------------
+
+# (id, B, T, D, H, theta)
+ROPE_CASES = [
+    ("B2-T6-D8-H2", 2, 6, 8, 2, 10000.0),
+    ("B1-T9-D24-H3-theta500", 1, 9, 24, 3, 500.0),
+    ("B3-T4-D16-H2", 3, 4, 16, 2, 10000.0),
+]
+
+
+def _rope_recipe(state, d_model, num_heads, theta, **options) -> ModuleCall:
+    return ModuleCall(init_kwargs={"d_model": d_model, "num_heads": num_heads, "theta": theta}, state=state,
+                      **options)
+
+
+@exercise("RoPETransformerBlock")
+@pytest.mark.parametrize("case", ROPE_CASES, ids=case_ids(ROPE_CASES))
+def test_rope_block_matches_reference(submission, reference, bugs, inputs, case):
+    """matches the reference loaded with the same weights"""
+    _, batch, length, d_model, num_heads, theta = case
+    x = inputs.randn(batch, length, d_model)
+    recipe = _rope_recipe(_block_state(inputs, d_model), d_model, num_heads, theta)
+    got, call = run_module(submission, "RoPETransformerBlock", recipe, x)
+    expect_close(got, reference_module_call(reference, "RoPETransformerBlock", recipe, x), call,
+                 bugs=bugs.module("RoPETransformerBlock", recipe, x))
+
+
+@exercise("RoPETransformerBlock")
+@pytest.mark.parametrize("case", ROPE_CASES[:2], ids=case_ids(ROPE_CASES[:2]))
+def test_rope_block_matches_pytorch(submission, bugs, inputs, case):
+    """equals the block with queries and keys rotated as Meta's llama does (complex numbers), then F.scaled_dot_product_attention(is_causal=True)"""
+    _, batch, length, d_model, num_heads, theta = case
+    x = inputs.randn(batch, length, d_model)
+    state = _block_state(inputs, d_model)
+    recipe = _rope_recipe(state, d_model, num_heads, theta)
+    got, call = run_module(submission, "RoPETransformerBlock", recipe, x)
+    expect_close(got, oracles.rope_block(state, num_heads, theta, x), call,
+                 bugs=bugs.module("RoPETransformerBlock", recipe, x),
+                 reference="queries and keys rotated as complex numbers (Meta's llama), "
+                           "F.scaled_dot_product_attention(is_causal=True)")
+
+
+# (id, B, T_past, T, D, H, theta): T_past 0 is a call without a cache
+ROPE_CACHE_CASES = [
+    ("B2-past0-T4-D8-H2-no-cache", 2, 0, 4, 8, 2, 10000.0),
+    ("B1-past6-T1-D12-H3-one-token", 1, 6, 1, 12, 3, 10000.0),
+    ("B2-past3-T3-D16-H2-theta500-a-chunk", 2, 3, 3, 16, 2, 500.0),
+]
+
+
+@exercise("RoPETransformerBlock")
+@pytest.mark.parametrize("case", ROPE_CACHE_CASES, ids=case_ids(ROPE_CACHE_CASES))
+def test_rope_block_with_cache_rotates_from_the_past_length(submission, bugs, inputs, case):
+    """forward_with_cache(x, cache) rotates the new tokens at positions T_past.., gives the whole sequence's last rows, and appends the rotated keys"""
+    _, batch, past, length, d_model, num_heads, theta = case
+    x = inputs.randn(batch, past + length, d_model)  # (B, T_past + T, D): the whole sequence
+    state = _block_state(inputs, d_model)
+    keys, values = oracles.rope_block_keys_values(state, num_heads, theta, x)  # (B, H, T_past + T, d) each
+    recipe = _rope_recipe(state, d_model, num_heads, theta, method="forward_with_cache")
+    args = (x[:, past:],) if past == 0 else (x[:, past:], (keys[:, :, :past], values[:, :, :past]))
+    got, call = run_module(submission, "RoPETransformerBlock", recipe, *args)
+    lookalikes = bugs.module("RoPETransformerBlock", recipe, *args)
+    output, cache = unpack(got, ("output", "cache"), call)
+    expect_close(output, oracles.rope_block(state, num_heads, theta, x)[:, past:], f"output of {call}",
+                 bugs=_parts(lookalikes, 0),
+                 reference=f"the last {length} rows of the RoPE block on all {past + length} positions "
+                           f"(rotated as Meta's llama does, F.scaled_dot_product_attention(is_causal=True))")
+    _expect_cache(cache, (keys, values), f"the cache {call} returned", lookalikes, (1,))
+
+
+@exercise("RoPETransformerBlock")
+def test_rope_block_is_causal(submission, inputs):
+    """changing the last token's input changes no earlier position's output"""
+    x = inputs.randn(2, 6, 8)
+    changed = x.clone()
+    changed[:, -1] = inputs.randn(2, 8)
+    recipe = _rope_recipe(_block_state(inputs, 8), 8, 2, 10000.0)
+    _expect_causal(submission, "RoPETransformerBlock", recipe, x, changed, "input")
+
+
+@exercise("RoPETransformerBlock")
+def test_rope_block_parameters(submission, inputs):
+    """has TransformerBlock's parameters and no other (RoPE has none)"""
+    recipe = ModuleCall(init_kwargs={"d_model": 8, "num_heads": 2}, return_state=True)
+    expected = {key: tuple(value.shape) for key, value in _block_state(inputs, 8).items()}
+    _expect_parameters(submission, "RoPETransformerBlock", recipe, inputs.randn(2, 3, 8), expected)
+
+
 # -- every exercise -----------------------------------------------------------------------
 
 test_would_run_on_a_gpu = portability_check([
@@ -630,4 +723,8 @@ test_would_run_on_a_gpu = portability_check([
         {"module": ModuleCall(init_kwargs={"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_layers": 1,
                                            "context": 8}, passed_to="generate")}),
         marks=exercise("generate"), id="generate"),
+    pytest.param("RoPETransformerBlock", lambda inputs: (
+        (inputs.randn(2, 1, 8), (inputs.randn(2, 2, 3, 4), inputs.randn(2, 2, 3, 4))),
+        {"module": ModuleCall(init_kwargs={"d_model": 8, "num_heads": 2}, method="forward_with_cache")}),
+        marks=exercise("RoPETransformerBlock"), id="RoPETransformerBlock.forward_with_cache"),
 ])

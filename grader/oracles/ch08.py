@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["block", "block_keys_values", "greedy", "model", "model_keys_values", "text_windows"]
+__all__ = ["block", "block_keys_values", "greedy", "model", "model_keys_values", "rope_block",
+           "rope_block_keys_values", "text_windows"]
 
 
 def _heads(state, num_heads, x, prefix):
@@ -51,6 +52,37 @@ def block(state, num_heads, x, prefix=""):
     hidden = F.gelu(F.linear(F.layer_norm(x, (d_model,), w("ln2.weight"), w("ln2.bias")),
                              w("mlp.0.weight"), w("mlp.0.bias")))  # (B, T, 4 D)
     return x + F.linear(hidden, w("mlp.2.weight"), w("mlp.2.bias"))
+
+
+def _rotated(t, theta):
+    """``t`` ``(B, H, T, d)`` at positions ``0 .. T - 1``, pairs ``(2k, 2k + 1)``
+    rotated as complex numbers ``t[2k] + i t[2k+1]`` times ``e^(i p theta^(-2k/d))``
+    (Meta's ``apply_rotary_emb``)."""
+    length, head_dim = t.shape[-2:]
+    frequencies = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (d/2,)
+    turns = torch.polar(torch.ones(length, head_dim // 2, dtype=torch.float64),
+                        torch.outer(torch.arange(length, dtype=torch.float64), frequencies))  # (T, d/2)
+    pairs = torch.view_as_complex(t.double().reshape(*t.shape[:-1], -1, 2).contiguous())  # (B, H, T, d/2)
+    return torch.view_as_real(pairs * turns).flatten(-2).to(t.dtype)
+
+
+def rope_block_keys_values(state, num_heads, theta, x):
+    """``(k, v)``, ``(B, H, T, d)`` each: what a RoPE block's cache holds after
+    the inputs ``x`` ``(B, T, D)``, the keys rotated by their positions."""
+    _, k, v = _heads(state, num_heads, x, "")
+    return _rotated(k, theta), v
+
+
+def rope_block(state, num_heads, theta, x):
+    """The block with its queries and keys rotated by their positions ``0 ..
+    T - 1`` (no ``pos_emb``): ``(B, T, D)`` to ``(B, T, D)``."""
+    batch, length, d_model = x.shape
+    q, k, v = _heads(state, num_heads, x, "")  # (B, H, T, d) each
+    heads = F.scaled_dot_product_attention(_rotated(q, theta), _rotated(k, theta), v, is_causal=True)
+    x = x + F.linear(heads.transpose(1, 2).reshape(batch, length, d_model), state["proj.weight"], state["proj.bias"])
+    hidden = F.gelu(F.linear(F.layer_norm(x, (d_model,), state["ln2.weight"], state["ln2.bias"]),
+                             state["mlp.0.weight"], state["mlp.0.bias"]))  # (B, T, 4 D)
+    return x + F.linear(hidden, state["mlp.2.weight"], state["mlp.2.bias"])
 
 
 def model(state, num_heads, num_layers, tokens):

@@ -183,3 +183,56 @@ def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0,
         optimizer.zero_grad()
         losses.append(loss.item())
     return model, losses
+
+
+# GPT-J's rotary embedding (Hugging Face's modeling_gptj): adjacent pairs, sin and cos
+# repeated twice each, and rotate_every_two; keys rotated before they are cached.
+def create_sinusoidal_positions(position_ids: torch.Tensor, dim: int, base: float) -> torch.Tensor:
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device=position_ids.device) / dim))
+    sinusoid_inp = torch.einsum("i , j -> i j", position_ids.float(), inv_freq).float()
+    return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)  # in einsum notation: rearrange(x, '... d j -> ... (d j)')
+
+
+def apply_rotary_pos_emb(tensor: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    sin = torch.repeat_interleave(sin[None, None, :, :], 2, 3)
+    cos = torch.repeat_interleave(cos[None, None, :, :], 2, 3)
+    return (tensor * cos) + (rotate_every_two(tensor) * sin)
+
+
+class RoPETransformerBlock(TransformerBlock):
+    def __init__(self, d_model: int, num_heads: int, theta: float = 10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+
+    def forward(self, x):
+        return self.forward_with_cache(x)[0]
+
+    def forward_with_cache(self, hidden_states, layer_past=None):
+        residual = hidden_states
+        query, key, value = self.qkv(self.ln1(hidden_states)).split(self.embed_dim, dim=2)
+        query = self._split_heads(query, self.num_heads, self.head_dim)
+        key = self._split_heads(key, self.num_heads, self.head_dim)
+        value = self._split_heads(value, self.num_heads, self.head_dim)
+
+        past_length = 0 if layer_past is None else layer_past[0].size(-2)
+        position_ids = torch.arange(past_length, past_length + hidden_states.shape[1], device=hidden_states.device)
+        sincos = create_sinusoidal_positions(position_ids, self.head_dim, self.theta)
+        sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+        query = apply_rotary_pos_emb(query, sin, cos)
+        key = apply_rotary_pos_emb(key, sin, cos)
+
+        if layer_past is not None:
+            key = torch.cat((layer_past[0], key), dim=-2)
+            value = torch.cat((layer_past[1], value), dim=-2)
+
+        attn_output, _ = self._attn(query, key, value)
+        hidden_states = self.proj(self._merge_heads(attn_output, self.num_heads, self.head_dim)) + residual
+        hidden_states = hidden_states + self.mlp(self.ln2(hidden_states))
+        return hidden_states, (key, value)

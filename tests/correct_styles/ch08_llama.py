@@ -168,3 +168,51 @@ def train(tokens: torch.Tensor, vocab_size: int, steps: int, context: int = 32, 
         optimizer.step()
         losses.append(loss.item())
     return model, losses
+
+
+# Meta's llama: the pairs as complex numbers, turned by freqs_cis from start_pos on; the
+# keys are rotated before they join the cache.
+def precompute_freqs_cis(dim: int, start: int, end: int, theta: float, device) -> torch.Tensor:
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, device=device)[: (dim // 2)].float() / dim))
+    t = torch.arange(start, end, device=device, dtype=torch.float32)
+    freqs = torch.outer(t, freqs)
+    return torch.polar(torch.ones_like(freqs), freqs)  # complex64
+
+
+def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])  # (1, seqlen, 1, head_dim / 2)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+class RoPETransformerBlock(TransformerBlock):
+    def __init__(self, d_model: int, num_heads: int, theta: float = 10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_cache(x)[0]
+
+    def attention(self, x: torch.Tensor, mask: Optional[torch.Tensor], cache=None):
+        bsz, seqlen, _ = x.shape
+        start_pos = 0 if cache is None else cache[0].shape[2]
+        xq, xk, xv = self.qkv(x).chunk(3, dim=-1)
+        xq = xq.view(bsz, seqlen, self.n_heads, self.head_dim)
+        xk = xk.view(bsz, seqlen, self.n_heads, self.head_dim)
+        xv = xv.view(bsz, seqlen, self.n_heads, self.head_dim)
+        freqs_cis = precompute_freqs_cis(self.head_dim, start_pos, start_pos + seqlen, self.theta, x.device)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+
+        xq, keys, values = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
+        if cache is not None:
+            keys = torch.cat([cache[0], keys], dim=2)
+            values = torch.cat([cache[1], values], dim=2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.proj(output), (keys, values)

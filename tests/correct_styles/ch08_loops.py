@@ -9,6 +9,8 @@ keys up to its own position (is_causal=True would align the mask top-left),
 and generate is a plain loop that appends one token at a time.
 """
 
+import math
+
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -140,3 +142,53 @@ def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0,
         optimizer.step()
         losses.append(float(loss.item()))
     return model, losses
+
+
+class RoPETransformerBlock(TransformerBlock):
+    """Rotary embeddings by hand: every pair of every token turned with math.cos and math.sin."""
+
+    def __init__(self, d_model, num_heads, theta=10000.0):
+        super().__init__(d_model, num_heads)
+        self.theta = theta
+
+    def forward(self, x):
+        return self.forward_with_cache(x)[0]
+
+    def _rotate(self, u, start):  # (B, T, hd): one head, token t at position start + t
+        hd = u.shape[-1]
+        out = torch.empty_like(u)
+        for t in range(u.shape[1]):
+            for k in range(hd // 2):
+                angle = (start + t) * self.theta ** (-2 * k / hd)
+                c, s = math.cos(angle), math.sin(angle)
+                a, b = u[:, t, 2 * k], u[:, t, 2 * k + 1]
+                out[:, t, 2 * k] = a * c - b * s
+                out[:, t, 2 * k + 1] = a * s + b * c
+        return out
+
+    def forward_with_cache(self, x, cache=None):
+        d = self.d_model
+        hd = d // self.num_heads
+        T = x.shape[1]
+        qkv = self.qkv(self.ln1(x))
+        q_all, k_all, v_all = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+        past = 0 if cache is None else cache[0].shape[2]
+        keys, values, outputs = [], [], []
+        for h in range(self.num_heads):
+            cols = slice(h * hd, (h + 1) * hd)
+            q_h = self._rotate(q_all[..., cols], past)
+            k_h = self._rotate(k_all[..., cols], past)
+            v_h = v_all[..., cols]
+            if cache is not None:
+                k_h = torch.cat([cache[0][:, h], k_h], dim=1)
+                v_h = torch.cat([cache[1][:, h], v_h], dim=1)
+            keys.append(k_h)
+            values.append(v_h)
+            rows = []
+            for t in range(T):
+                seen = past + t + 1
+                rows.append(F.scaled_dot_product_attention(q_h[:, t:t + 1], k_h[:, :seen], v_h[:, :seen]))
+            outputs.append(torch.cat(rows, dim=1))
+        x = x + self.proj(torch.cat(outputs, dim=-1))
+        x = x + self.mlp(self.ln2(x))
+        return x, (torch.stack(keys, dim=1), torch.stack(values, dim=1))
