@@ -1,7 +1,8 @@
 """Whole-course grade of the reference solutions against a bare torch import.
 
-Run by hand: ``python bench/grade_course.py [--runs N]``. The two commands are
-run alternately, so a machine that slows down or speeds up during the
+Run by hand: ``python bench/grade_course.py [--runs N] [--chapters]``. With
+``--chapters``, each chapter's own grade (``grade chNN --solutions``) is
+timed too, the issue's per-chapter figures. The commands are run alternately, so a machine that slows down or speeds up during the
 benchmark affects both alike; the figures are medians of wall time.
 
 Memory is measured in one more, untimed, run: a grade is several processes
@@ -15,6 +16,8 @@ sampled from /proc every 20 ms (Linux only).
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -28,6 +31,14 @@ COMMANDS = {
 }
 
 
+def machine() -> str:
+    """One line on where the figures come from."""
+    import torch
+
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
+
+
 def wall_time(command: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -39,7 +50,7 @@ def print_ratios(times: dict[str, list[float]]) -> None:
     base = statistics.median(times["python -c 'import torch'"])
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:34s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
+        print(f"{name:40s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
               f"  ratio {median / base:4.2f}")
 
 
@@ -86,10 +97,19 @@ def peak_tree_pss(command: list[str]) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(runs):
-        for name, command in COMMANDS.items():
+    parser.add_argument("--chapters", action="store_true", help="time each chapter's grade too")
+    options = parser.parse_args()
+    commands = dict(COMMANDS)
+    if options.chapters:
+        from grader.catalog import CHAPTERS
+
+        for chapter in CHAPTERS:
+            commands[f"mha-course grade {chapter.id} --solutions"] = [
+                sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0"]
+    print(machine())
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(options.runs):
+        for name, command in commands.items():
             times[name].append(wall_time(command))
     print_ratios(times)
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

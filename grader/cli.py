@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from grader.catalog import (
     CHAPTERS,
@@ -188,6 +189,67 @@ def grade(
     else:
         print_table(report, stdout, verbose)
     raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command()
+def watch(
+    targets: Annotated[list[str] | None, typer.Argument(
+        help="As for grade: chapters, .py files or .ipynb notebooks; none means every chapter found.",
+        show_default=False)] = None,
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", help="Folder holding the submission.  \\[default: exercises/]",
+        show_default=False)] = None,
+    device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the random inputs.  \\[default: a fresh one each time]", show_default=False)] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="List every failed check, not only the first.")] = False,
+    rounds: Annotated[int | None, typer.Option(hidden=True, min=1)] = None,
+) -> None:
+    """Grade, then grade again each time a file is saved; Ctrl-C stops."""
+    import time
+
+    folder = directory or COURSE_ROOT / "exercises"
+    chosen = resolve_targets(targets or [], folder)  # a wrong target is told at once
+    where = _device(device)
+
+    from grader.grading import GraderError, preload
+    from grader.grading import grade as run_grade
+    from grader.report import print_table
+    from grader.sandbox import Limits
+    from grader.shards import default_processes
+    from grader.watching import watch as run_watch
+
+    limits = Limits.per_check(timeout)
+    # What the chapters' correct code imports at a cost, once here rather than in every regrade.
+    preload(chapter for chapter, _, _ in chosen)
+
+    def files() -> list[Path]:
+        # The chosen files and, for a chapter, its other file: a student may move to the notebook.
+        return sorted({path for _, path, _ in chosen} |
+                      {folder / f"{chapter.module}{suffix}" for chapter, _, _ in chosen
+                       for suffix in SUBMISSION_SUFFIXES})
+
+    def regrade() -> None:
+        try:
+            now = resolve_targets(targets or [], folder)
+        except typer.Exit:  # a file gone for a moment: said on stderr; the next save tries again
+            return
+        stdout.rule(f"{time.strftime('%H:%M:%S')} · {', '.join(chapter.id for chapter, _, _ in now)}",
+                    style="dim")
+        try:
+            report = run_grade([(chapter, path) for chapter, path, _ in now], where, limits, seed,
+                               jobs=default_processes())
+        except GraderError as error:
+            stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
+            return
+        report.sources = {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in now}
+        print_table(report, stdout, verbose)
+        stdout.print(Text("watching; save to grade again, Ctrl-C to stop", style="dim"))
+
+    run_watch(files, regrade, rounds)
 
 
 @instructor_command
