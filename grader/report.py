@@ -157,8 +157,8 @@ def print_verification(result: Verification, console: Console, matrix: bool = Fa
             console.print(Text(f"✗ {audit.chapter.id} {audit.exercise.name}: {gap}", style="red"))
     for path in result.stale:
         if path not in result.edited:
-            console.print(Text(f"✗ out of date (run mha-course build): {path.relative_to(COURSE_ROOT)}",
-                               style="red"))
+            shown = path.relative_to(COURSE_ROOT) if path.is_relative_to(COURSE_ROOT) else path
+            console.print(Text(f"✗ out of date (run mha-course build): {shown}", style="red"))
     if result.edited:
         names = ", ".join(path.name for path in result.edited)
         console.print(Text(f"note: exercises/ holds work in {names}; the stubs were graded as the "

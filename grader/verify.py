@@ -65,25 +65,29 @@ class Verification:
         return not out_of_date and not any(audit.gaps for audit in self.exercises)
 
 
-def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> Verification:
+def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | None = None,
+           root: Path = COURSE_ROOT) -> Verification:
     """Grade the references, the stubs and every known bug; check the build.
 
     Args:
         seed: seed of the checks' random inputs.
         jobs: processes grading known bugs side by side.
         progress: called with ``(bugs graded, bugs in all)`` as they finish.
+        root: the tree whose generated files (stubs, notebooks, figures) are
+            checked against the build: a copy, in a test that must not
+            touch the course's own ``exercises/``.
     """
     if is_edition():
         raise GraderError("this is the student edition: it has no reference solutions to verify "
                           "the checks with; run mha-course verify in the instructor's tree")
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
     references = grade([(c, COURSE_ROOT / "solutions" / f"{c.module}.py") for c in CHAPTERS], seed=seed)
-    files = generated_files()
+    files = generated_files(root)
     # The stubs as the build writes them, not exercises/ as it is: that may hold work.
     with tempfile.TemporaryDirectory() as folder:
         stub_paths = [(c, Path(folder) / f"{c.module}.py") for c in CHAPTERS]
         for _, path in stub_paths:
-            path.write_text(files[COURSE_ROOT / "exercises" / path.name], encoding="utf-8")
+            path.write_text(files[root / "exercises" / path.name], encoding="utf-8")
         stubs = grade(stub_paths, seed=seed)
     for result in references.exercises:
         audit = audits[result.chapter.id, result.exercise.name]

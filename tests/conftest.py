@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -112,24 +114,46 @@ class NoScan:
 # A "bug" that changes nothing: no check can catch it, so verify must say so.
 HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
                     "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
-WORK = COURSE_ROOT / "exercises" / "ch01_self_attention.py"
 VERIFY_SEED = 7
 
 
-@pytest.fixture(scope="session")
-def verification():
-    """One verify run over the whole course (seed ``VERIFY_SEED``), with the
-    harmless bug added, in a tree whose exercises/ holds a student's
-    finished chapter 1. Shared: test_verify reads it, and test_release
-    compares the student edition's with it."""
+def _verify_in_a_copy(folder: Path):
+    """verify with the harmless bug added, its build checked in a copy of
+    the tree (in ``folder``) whose exercises/ holds a finished chapter 1."""
     from grader.known_bugs import KNOWN_BUGS
     from grader.verify import verify
 
-    stub = WORK.read_bytes()
-    try:
-        WORK.write_bytes((COURSE_ROOT / "solutions" / WORK.name).read_bytes())
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
-            return verify(seed=VERIFY_SEED, jobs=2)
-    finally:
-        WORK.write_bytes(stub)
+    for name in ("solutions", "chapters", "exercises"):
+        shutil.copytree(COURSE_ROOT / name, folder / name)
+    work = folder / "exercises" / "ch01_self_attention.py"
+    work.write_bytes((COURSE_ROOT / "solutions" / work.name).read_bytes())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
+        found = verify(seed=VERIFY_SEED, jobs=2, root=folder)
+    found.work = work
+    return found
+
+
+@pytest.fixture(scope="session")
+def verification(request, tmp_path_factory):
+    """One verify run over the whole course (seed ``VERIFY_SEED``), with the
+    harmless bug added, its build checked in a copy of the tree whose
+    exercises/ holds a student's finished chapter 1 (``verification.work``):
+    the course's own exercises/ stays as it is for the tests running beside
+    this one. Shared: test_verify reads it, and test_release compares the
+    student edition's with it.
+
+    Once per suite, even with tests side by side (pytest-xdist): the first
+    process to need it computes it under a lock, the others read its pickle."""
+    if not hasattr(request.config, "workerinput"):  # one process: no one to share with
+        return _verify_in_a_copy(tmp_path_factory.mktemp("course"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every process of the run
+    cached = shared / "verification.pickle"
+    with FileLock(str(cached) + ".lock"):
+        if not cached.is_file():
+            folder = shared / "verified-course"
+            folder.mkdir()
+            cached.write_bytes(pickle.dumps(_verify_in_a_copy(folder)))
+        return pickle.loads(cached.read_bytes())

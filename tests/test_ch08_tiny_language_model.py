@@ -92,7 +92,8 @@ def test_is_causal_with_a_cache_is_told_its_mask_is_the_top_left_corner(grade_so
     """SDPA's is_causal=True aligns its mask top-left: right without a cache, wrong with one
     (a new token would see only the first keys)."""
     block = OTHER_STYLE_BLOCK.replace("ATTEND", "pass").replace("MASK", "is_causal=True")
-    report = grade_source(replace_function(SOLUTION, "TransformerBlock", block), chapter="ch08")
+    report = grade_source(replace_function(SOLUTION, "TransformerBlock", block), chapter="ch08",
+                          only={"TransformerBlock"})
     assert statuses(report)["TransformerBlock"] == "failed"
     failed = result_of(report, "TransformerBlock").failed_checks
     assert failed and all(check.check.startswith("forward_with_cache(x, cache)") for check in failed)
@@ -152,7 +153,7 @@ def generate(model, prompt, num_tokens):
                          ids=["recomputing", "prompt-a-token-at-a-time"])
 def test_generate_written_otherwise_is_right(grade_source, definition):
     """generate is judged by what it returns; TinyLM's checks judge the cached path."""
-    report = grade_source(replace_function(SOLUTION, "generate", definition), chapter="ch08")
+    report = grade_source(replace_function(SOLUTION, "generate", definition), chapter="ch08", only={"generate"})
     assert statuses(report)["generate"] == "passed", result_of(report, "generate").reason
 
 

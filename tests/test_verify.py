@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from conftest import HARMLESS, WORK
+from conftest import HARMLESS
 from grader.catalog import CHAPTERS, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 from grader.report import print_verification
@@ -10,7 +10,7 @@ from grader.verify import MIN_BUGS, ExerciseAudit
 
 
 def test_work_in_exercises_is_named_in_one_line_and_is_no_gap(verification):
-    assert verification.stale == verification.edited == [WORK]
+    assert verification.stale == verification.edited == [verification.work]
     console = Console(width=80, record=True, color_system=None)
     print_verification(verification, console)
     text = console.export_text()
