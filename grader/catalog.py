@@ -360,7 +360,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             ),
         ),
         extra_cost=150,  # training takes 1.7 s, about what 150 other checks take
-        # An optimizer's first step imports torch._dynamo (with sympy): 1.1 s of that 1.7.
+        # Building an optimizer imports torch._dynamo (with sympy; add_param_group is wrapped by
+        # torch._disable_dynamo, which imports it on its first call): most of that time.
         preload=("torch._dynamo",),
     ),
 )
