@@ -35,7 +35,11 @@ def main() -> None:
         for case in ElementTree.parse(report).iter("testcase"):
             per_file[case.get("classname", "").split(".")[-1] or "?"] += float(case.get("time", 0))
             tests += 1
-    print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
+    lines = done.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        if line.startswith(("FAILED", "ERROR")):
+            print(line)
+    print(lines[-1] if lines else done.stderr[-2000:])
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s), {tests} tests; test time summed "
           f"{sum(per_file.values()):.0f} s")
     for name, seconds in per_file.most_common():
