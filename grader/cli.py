@@ -133,28 +133,34 @@ def _device(choice: Device):
                 "use --device cpu or auto")
 
 
+# What grade and watch are both given.
+Targets = Annotated[list[str] | None, typer.Argument(
+    help="Chapters (ch01, 1, 01_self_attention), .py files or .ipynb notebooks; none means "
+    "every chapter found (of a .py and an .ipynb, the one with more work, then the one saved last).",
+    show_default=False)]
+Folder = Annotated[Path | None, typer.Option(
+    "--dir", help="Folder holding the submission.  \\[default: exercises/]", show_default=False)]
+Where = Annotated[Device, typer.Option(help="Where the checks run.")]
+Timeout = Annotated[float, typer.Option(
+    help="Seconds one check may take; an exercise may take four times that.", min=0.1)]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
+
+
 @app.command()
 def grade(
-    targets: Annotated[list[str] | None, typer.Argument(
-        help="Chapters (ch01, 1, 01_self_attention), .py files or .ipynb notebooks; none means "
-        "every chapter found (of a .py and an .ipynb, the one with more work, then the one saved last).",
-        show_default=False)] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="Folder holding the submission.  \\[default: exercises/]",
-        show_default=False)] = None,
+    targets: Targets = None,
+    directory: Folder = None,
     solutions: Annotated[bool, typer.Option(
         "--solutions", help="Grade the reference solutions (same as --dir solutions).",
         hidden=EDITION)] = False,
-    device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+    device: Where = Device.cpu,
+    timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs, to replay a run.  \\[default: a fresh one]",
         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print Gradescope's results.json on stdout instead of a table.")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="List every failed check, not only the first.")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Grade a submission: one row per exercise, with points and the reason."""
     if solutions and directory is not None:
@@ -193,19 +199,13 @@ def grade(
 
 @app.command()
 def watch(
-    targets: Annotated[list[str] | None, typer.Argument(
-        help="As for grade: chapters, .py files or .ipynb notebooks; none means every chapter found.",
-        show_default=False)] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="Folder holding the submission.  \\[default: exercises/]",
-        show_default=False)] = None,
-    device: Annotated[Device, typer.Option(help="Where the checks run.")] = Device.cpu,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+    targets: Targets = None,
+    directory: Folder = None,
+    device: Where = Device.cpu,
+    timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs.  \\[default: a fresh one each time]", show_default=False)] = None,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="List every failed check, not only the first.")] = False,
+    verbose: Verbose = False,
     rounds: Annotated[int | None, typer.Option(hidden=True, min=1)] = None,
 ) -> None:
     """Grade, then grade again each time a file is saved; Ctrl-C stops."""
