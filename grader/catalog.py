@@ -360,8 +360,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             ),
         ),
         extra_cost=150,  # training takes 1.7 s, about what 150 other checks take
-        # Building an optimizer imports torch._dynamo (with sympy; add_param_group is wrapped by
-        # torch._disable_dynamo, which imports it on its first call): most of that time.
+        # An optimizer imports torch._dynamo (with sympy) when it is built (add_param_group is
+        # wrapped by torch._disable_dynamo) and again in step (for its graph break): most of that time.
         preload=("torch._dynamo",),
     ),
 )
