@@ -147,7 +147,7 @@ BUGS = (
              "    torch.manual_seed(seed)\n", ""),
     KnownBug("train", "loss-kept-as-tensor",
              "looks like the loss tensors themselves are kept: append loss.item(), a Python float "
-             "(a tensor keeps its whole graph alive)",
+             "(a tensor holds on to the graph that made it)",
              "losses.append(loss.item())", "losses.append(loss)"),
     KnownBug("train", "model-and-losses-swapped",
              "looks like the losses come first: train returns (model, losses), the model first",
