@@ -117,6 +117,11 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
+def _sources(chosen: list[tuple[Chapter, Path, str]]) -> dict[str, str]:
+    """What a report says it graded, by chapter id: the file, and why that one."""
+    return {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in chosen}
+
+
 def _device(choice: Device):
     # Ask NVML, not the CUDA runtime: the grader must not initialise CUDA
     # before it forks workers, which initialise it themselves.
@@ -167,7 +172,7 @@ def grade(
         usage_error("use either --solutions or --dir, not both")
     folder = COURSE_ROOT / "solutions" if solutions else directory or COURSE_ROOT / "exercises"
     chosen = resolve_targets(targets or [], folder)
-    sources = {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in chosen}
+    sources = _sources(chosen)
     where = _device(device)
 
     from grader.grading import GraderError, UnrecordedSeed
@@ -206,7 +211,6 @@ def watch(
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs.  \\[default: a fresh one each time]", show_default=False)] = None,
     verbose: Verbose = False,
-    rounds: Annotated[int | None, typer.Option(hidden=True, min=1)] = None,
 ) -> None:
     """Grade, then grade again each time a file is saved; Ctrl-C stops."""
     import time
@@ -245,11 +249,11 @@ def watch(
         except GraderError as error:
             stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
             return
-        report.sources = {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in now}
+        report.sources = _sources(now)
         print_table(report, stdout, verbose)
         stdout.print(Text("watching; save to grade again, Ctrl-C to stop", style="dim"))
 
-    run_watch(files, regrade, rounds)
+    run_watch(files, regrade)
 
 
 @instructor_command
