@@ -1,9 +1,10 @@
 """Whole-course grade of the reference solutions against a bare torch import.
 
 Run by hand: ``python bench/grade_course.py [--runs N] [--chapters]``. With
-``--chapters``, each chapter's own grade (``grade chNN --solutions``) is
-timed too, the issue's per-chapter figures. The commands are run alternately, so a machine that slows down or speeds up during the
-benchmark affects both alike; the figures are medians of wall time.
+``--chapters``, each chapter's own grade (``grade chNN --solutions``, a
+student's loop) is timed too. The commands are run alternately, so a
+machine that slows down or speeds up during the benchmark affects them
+alike; the figures are medians of wall time.
 
 Memory is measured in one more, untimed, run: a grade is several processes
 (the grader, its copies grading chapters side by side, fork servers,
