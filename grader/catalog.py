@@ -40,6 +40,11 @@ class Exercise:
         optional: an extension worth no points, graded when the student
             writes it: left as the stub (or absent from the file), it is
             "not attempted" and counts against nothing.
+        preload: modules its correct code imports on its own, at a cost.
+            A grade has them imported by a second fork server while the
+            chapter's other checks run (``ForkServer.preloaded_copy``); a
+            process that grades many submissions imports them once, before
+            it forks (``grading.preload``).
     """
 
     name: str
@@ -48,6 +53,7 @@ class Exercise:
     forbidden: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
     optional: bool = False
+    preload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,10 +63,6 @@ class Chapter:
     ``extra_cost``: grading time beyond its checks' count, in checks (a
     chapter whose checks train a model); chapters graded side by side start
     with the costliest, so that none is left alone at the end.
-
-    ``preload``: modules the chapter's correct code imports on its own, at a
-    cost (``grading.preload``): a process that grades many submissions
-    imports them once, before it forks, instead of once in every worker.
     """
 
     number: int
@@ -68,7 +70,6 @@ class Chapter:
     title: str
     exercises: tuple[Exercise, ...]
     extra_cost: int = 0
-    preload: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -88,6 +89,11 @@ class Chapter:
     @property
     def points(self) -> int:
         return sum(exercise.points for exercise in self.exercises)
+
+    @property
+    def preload(self) -> tuple[str, ...]:
+        """What its exercises preload (``Exercise.preload``), each once."""
+        return tuple(dict.fromkeys(name for exercise in self.exercises for name in exercise.preload))
 
     def exercise(self, name: str) -> Exercise:
         for exercise in self.exercises:
@@ -342,6 +348,10 @@ CHAPTERS: tuple[Chapter, ...] = (
                 "next-token training with AdamW, the loss of every step",
                 3,
                 uses=("TinyLM",),
+                # An optimizer imports torch._dynamo (and sympy) when it is built:
+                # add_param_group is wrapped by torch._disable_dynamo, and step
+                # imports it again for its graph break. Most of training's time.
+                preload=("torch._dynamo",),
             ),
             Exercise(
                 "generate",
@@ -359,10 +369,7 @@ CHAPTERS: tuple[Chapter, ...] = (
                 optional=True,
             ),
         ),
-        extra_cost=150,  # training takes 1.7 s, about what 150 other checks take
-        # An optimizer imports torch._dynamo (with sympy) when it is built (add_param_group is
-        # wrapped by torch._disable_dynamo) and again in step (for its graph break): most of that time.
-        preload=("torch._dynamo",),
+        extra_cost=150,  # training costs about what 150 other checks do
     ),
 )
 

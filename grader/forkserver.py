@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import importlib
 import json
 import os
 import shutil
@@ -59,19 +60,46 @@ class ForkServer:
             the body of a worker; it runs in the forked child and never returns.
         folder: the folder of the server's workers (``sandbox.fork_server``),
             removed when the server closes.
+        parent, preload: for ``preloaded_copy``, which builds a server this way.
     """
 
     def __init__(self, submissions: dict[str, Submission],
-                 run_worker: Callable[[Submission, int, int, dict], None], folder: Path | None = None):
+                 run_worker: Callable[[Submission, int, int, dict], None], folder: Path | None = None,
+                 *, parent: ForkServer | None = None, preload: Sequence[str] = ()):
         self._submissions = submissions
         self._run_worker = run_worker
         self._folder = folder
+        self._parent = parent
+        self._preload = tuple(preload)
         self.pid = 0
         self._socket: socket.socket | None = None
         self._start()
 
+    def preloaded_copy(self, modules: Sequence[str]) -> ForkServer:
+        """A second server, forked by this one, that imports ``modules``
+        before it forks anything: workers that need them get them for free.
+
+        It is forked from the server rather than from this process, so it
+        holds what the server holds and nothing the grader loaded since
+        (the reference, the known bugs). Asked for at once, it imports on
+        another core while the grader goes on; a worker asked of it before
+        the imports are done waits for them. It shares this server's
+        folder, and ends when it is closed, or with this server.
+        """
+        return ForkServer({}, self._run_worker, parent=self, preload=modules)
+
     def _start(self) -> None:
-        """Fork the server from this process."""
+        """Fork the server from this process, or a copy from the parent server."""
+        if self._parent is not None:
+            answer, fds = self._parent._ask({"op": "copy", "preload": list(self._preload)})
+            if len(fds) != 1 or "pid" not in answer:
+                for fd in fds:
+                    os.close(fd)
+                raise ForkServerError(answer.get("error", "the fork server sent no copy"))
+            self.pid = answer["pid"]
+            self._socket = socket.socket(fileno=fds[0])
+            self._socket.settimeout(ANSWER_SECONDS)
+            return
         grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
         sys.stderr.flush()
@@ -129,6 +157,10 @@ class ForkServer:
             return
         self._socket.close()
         self._socket = None
+        if self._parent is not None:
+            # Not this process's child: the parent server reaps it. One that
+            # does not end on its own is ended with the parent (``prctl``).
+            return
         deadline = time.monotonic() + GRACE_SECONDS
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
@@ -224,6 +256,34 @@ def _serve(sock: socket.socket, submissions: dict[str, Submission],
         elif request.get("op") == "status":
             killed = _wait_for(request["pid"], statuses)
             _send(sock, {"status": statuses[request["pid"]], "killed": killed})
+        elif request.get("op") == "copy":
+            pid, fd = _fork_copy(sock, submissions, run_worker, request.get("preload", []))
+            _send(sock, {"pid": pid}, [fd])
+            os.close(fd)
+
+
+def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
+               run_worker: Callable[[Submission, int, int, dict], None],
+               preload: list[str]) -> tuple[int, int]:
+    """Fork a server like this one that first imports ``preload``; returns
+    its pid and the grader's end of its socket."""
+    grader_end, copy_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sock.close()
+            grader_end.close()
+            for name in preload:
+                # One that will not import fails the same way in the worker
+                # that needs it, against that submission only.
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
+            _serve(copy_end, submissions, run_worker)
+        finally:
+            reaping.stop_descendants()
+            os._exit(0)
+    copy_end.close()
+    return pid, grader_end.detach()
 
 
 def _fork_worker(sock: socket.socket, submission: Submission, request: dict,

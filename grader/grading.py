@@ -18,6 +18,7 @@ import io
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import torch
 
 from grader import reaping, recorded
 from grader.catalog import Chapter, Exercise
-from grader.forkserver import ForkServer
+from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
@@ -185,23 +186,45 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     """Run one chapter's checks, with workers from ``server``: every check's
     result, and the notes on the file (statements skipped, syntax repaired)
     under the chapter's id."""
-    remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server)
+    preloaded = _preloaded_copy(chapter, parsed, run, server)
+    remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server, preloaded)
     plugin = GradingPlugin({chapter.id: remote}, run.seed, run.only)
     try:
         _run_checks([chapter], plugin)
     finally:
         remote.close()
+        if preloaded is not None:
+            preloaded.close()
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
+
+
+def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
+                    server: ForkServer) -> ForkServer | None:
+    """A copy of ``server`` importing what the chapter's exercises preload
+    (``Exercise.preload``) while the other checks run, or None where there
+    is nothing to import: this process has it already (a batch, ``verify``
+    and ``watch`` import it before they fork), or no such exercise is checked."""
+    if not isinstance(parsed, Submission):
+        return None
+    wanted = [exercise for exercise in chapter.exercises if run.only is None or exercise.name in run.only]
+    missing = [name for exercise in wanted for name in exercise.preload if name not in sys.modules]
+    if not missing:
+        return None
+    try:
+        return server.preloaded_copy(missing)
+    except ForkServerError:  # its workers come from the server, which imports nothing more
+        return None
 
 
 def preload(chapters: Iterable[Chapter]) -> None:
     """Import the modules that the chapters' correct code imports on its own
     (``Chapter.preload``), here and now.
 
-    For a process that forks many grades (a batch, ``verify``): each worker
-    then inherits them instead of importing them again. A single grade does
-    not call this: there the import would only move from a worker, which
-    runs beside other chapters' checks, to the start of the grade.
+    For a process that forks many grades (a batch, ``verify``, ``watch``):
+    each worker then inherits them instead of importing them again. A
+    single grade does not call this, it would wait for the imports: there a
+    copy of the fork server imports them beside the chapter's other checks
+    (``_preloaded_copy``).
     """
     for chapter in chapters:
         for name in chapter.preload:

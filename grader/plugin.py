@@ -130,17 +130,21 @@ class GradingPlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Run each exercise's checks together, in catalog order: an exercise
         gets one worker, however its checks are laid out in the file (a
-        chapter's shared checks sit at its end). Drop those not asked for."""
+        chapter's shared checks sit at its end). Exercises that preload
+        (``Exercise.preload``) go last, giving the imports the most time to
+        be made beside the other checks. Drop those not asked for."""
         if self.only is not None:
             dropped = [item for item in items if _exercise_of(item) not in self.only]
             items[:] = [item for item in items if _exercise_of(item) in self.only]
             config.hook.pytest_deselected(items=dropped)
 
-        def order(item: pytest.Item) -> tuple[int, int]:
+        def order(item: pytest.Item) -> tuple[int, bool, int]:
             chapter = chapter_of(item.path)
             names = [exercise.name for exercise in chapter.exercises]
             name = _exercise_of(item)
-            return CHAPTERS.index(chapter), names.index(name) if name in names else len(names)
+            if name not in names:
+                return CHAPTERS.index(chapter), False, len(names)
+            return CHAPTERS.index(chapter), bool(chapter.exercise(name).preload), names.index(name)
 
         items.sort(key=order)  # stable: within an exercise, the file's order
 

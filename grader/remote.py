@@ -58,15 +58,20 @@ class RemoteSubmission:
             forked workers can.
         server: the fork server holding ``submission`` under the chapter's
             id; None starts one of its own when a worker is first needed.
+        preloaded: a copy of ``server`` that has imported what some
+            exercises preload (``Exercise.preload``): their workers come
+            from it. None: from ``server``, which imports nothing more.
     """
 
     def __init__(self, chapter: Chapter, submission: Submission | SubmissionError,
-                 limits: Limits, device: torch.device, server: ForkServer | None = None):
+                 limits: Limits, device: torch.device, server: ForkServer | None = None,
+                 preloaded: ForkServer | None = None):
         self.chapter = chapter
         self.submission = submission
         self.limits = limits
         self.device = str(device)
         self._server = server
+        self._preloaded = preloaded
         self._own_server: ForkServer | None = None
         self.notes: list[str] = []
         self._loaded_file = LoadResult()
@@ -118,7 +123,7 @@ class RemoteSubmission:
         self._exercise = exercise
         self.reached = set()
         self._check_deadline = time.monotonic() + self.limits.check_seconds
-        if self._worker is not None and self._worker_exercise is None:
+        if self._worker is not None and self._worker_exercise is None and not self._preloads(exercise):
             self._worker_exercise = exercise  # the fresh worker that loaded the file
         elif self._worker is not None and self._worker_exercise != exercise:
             self._stop_worker()
@@ -300,13 +305,18 @@ class RemoteSubmission:
     def _worker_for(self, exercise: str) -> Worker:
         if self._worker is None:
             asked = time.monotonic()
-            self._worker = Worker(self._fork_server(), self.chapter.id, self.limits,
-                                  frozenset(self._loaded_file.skipped))
+            server = self._preloaded if self._preloads(exercise) else self._fork_server()
+            self._worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped))
             self._worker_exercise = exercise
             # Starting it is the grader's time, not the check's (longer when
             # a fork server had to be replaced).
             self._check_deadline += time.monotonic() - asked
         return self._worker
+
+    def _preloads(self, exercise: str) -> bool:
+        """Whether ``exercise``'s workers come from the preloaded copy."""
+        return self._preloaded is not None and any(
+            e.name == exercise and e.preload for e in self.chapter.exercises)
 
     def _stop_worker(self) -> None:
         if self._worker is not None:
