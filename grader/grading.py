@@ -111,12 +111,7 @@ def grade(
             caller already grades several submissions side by side.
     """
     started = time.perf_counter()
-    # What is alive now (torch, pytest) lives to the end: garbage collections
-    # during the checks need not walk its 200,000 objects again and again.
-    # Once per process: a later freeze would keep the garbage of earlier
-    # grades (a batch grades many students in each process) forever.
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
+    _freeze_what_lives_on()
     if recorded.MODE is not None:  # the student edition grades with recorded seeds only
         try:
             seed = recorded.MODE.seed(seed)
@@ -169,6 +164,24 @@ def grade(
             verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
         exercises.extend(verdicts.values())
     return GradeReport(exercises, notes, time.perf_counter() - started, seed, str(device))
+
+
+_frozen = False  # a process forked after the freeze inherits both
+
+
+def _freeze_what_lives_on() -> None:
+    """What is alive now (torch, pytest) lives to the end: garbage
+    collections during the checks need not walk its objects again and again.
+
+    Once per process: a later freeze would keep the garbage of earlier
+    grades (a batch grades many students in each process) forever. A flag
+    says whether it was done, not ``gc.get_freeze_count()``, which walks
+    every frozen object to count them.
+    """
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
 
 
 @dataclass(frozen=True)

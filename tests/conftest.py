@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from grader.bugs import KnownBug
-from grader.catalog import COURSE_ROOT, Chapter, find_chapter
-from grader.grading import GradeReport, grade
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
+from grader.grading import GradeReport, grade, preload
 from grader.known_bugs import function_span
 from grader.sandbox import Limits
+
+# What a batch imports once before it forks (torch._dynamo, which training
+# imports): once in each test process, not once in every grade that trains.
+preload(CHAPTERS)
 
 
 def solution_source(chapter: Chapter) -> str:
