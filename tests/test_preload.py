@@ -17,17 +17,17 @@ from grader.sandbox import fork_server
 
 # Two submodules nothing of the grader imports: one preloaded, one never.
 # Importing one sets it on its package, where a submission can see it.
-PRELOADED, OTHER = "json.tool", "xml.dom"
+PRELOADED, OTHER = "json.tool", "wsgiref.validate"
 
 SEES_WHAT_IS_IMPORTED = '''
 import json
-import xml
+import wsgiref
 
 import torch
 
 
 def softmax(x, dim=-1):
-    return torch.tensor([float(hasattr(json, "tool")), float(hasattr(xml, "dom"))])
+    return torch.tensor([float(hasattr(json, "tool")), float(hasattr(wsgiref, "validate"))])
 
 
 def softmax_numpy(x, axis=-1):
