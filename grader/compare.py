@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from grader.outcomes import Failure
 from grader.wire import Foreign
 
 # (rtol, atol) per dtype: |got - expected| <= atol + rtol * |expected|.
@@ -35,21 +36,20 @@ TOLERANCES = {
 class CheckFailure(AssertionError):
     """A check's verdict against the submission.
 
-    ``kind`` says what sort of failure it is, so that reports can sum up an
-    exercise: "mismatch", "error", "not-implemented", "missing", "timeout",
-    "crash", "exit", "memory", "forbidden", "protocol" or "unreadable".
+    ``kind`` says what sort of failure it is (``outcomes.Failure``), so
+    that reports can sum up an exercise.
     """
 
-    def __init__(self, message: str, kind: str = "mismatch", hint: str | None = None,
+    def __init__(self, message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None,
                  summary: str = ""):
         super().__init__(message)
         self.message = message
-        self.kind = kind
+        self.kind = Failure(kind)
         self.hint = hint  # "looks like ...": the known bug the value matches
         self.summary = summary  # what differed in a few words, for a table cell
 
 
-def fail(message: str, kind: str = "mismatch", hint: str | None = None, summary: str = "") -> None:
+def fail(message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None, summary: str = "") -> None:
     raise CheckFailure(message, kind, hint, summary)
 
 

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from grader.compare import CheckFailure
 from grader.guards import watched
+from grader.outcomes import Failure
 from grader.wire import flatten
 
 # -- in the worker: how many entries one result of an ATen op combines -------------------
@@ -510,7 +511,7 @@ class PartlyMeasured(CheckFailure):
     is what a check wants."""
 
     def __init__(self, message: str, largest: Largest | None):
-        super().__init__(message, "protocol")
+        super().__init__(message, Failure.PROTOCOL)
         self.largest = largest
 
 
@@ -534,12 +535,12 @@ def parse(text: str, found: object) -> Footprint:
              and count(reduction.get("width")) and isinstance(reduction.get("op"), str))
     )
     if not well_formed:
-        raise CheckFailure(f"{text}: the worker sent back a malformed measurement", "protocol")
+        raise CheckFailure(f"{text}: the worker sent back a malformed measurement", Failure.PROTOCOL)
     made = Largest(tuple(largest["shape"]), largest["numel"]) if largest is not None else None
     if made is None or reduction is None:
         message = (f"{text}: the grader's measurement of the call came back empty, as if it made no tensor "
                    "and added nothing up; was the measuring switched off?")
         if isinstance(found, dict) and {"largest", "reduction"} <= found.keys():
             raise PartlyMeasured(message, made)
-        raise CheckFailure(message, "protocol")
+        raise CheckFailure(message, Failure.PROTOCOL)
     return Footprint(made, Reduction(reduction["op"][:40], reduction["width"], tuple(reduction["shape"])))

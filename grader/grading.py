@@ -31,6 +31,7 @@ from grader import reaping, recorded
 from grader.catalog import Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
+from grader.outcomes import Failure, Status
 from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
 from grader.sandbox import Limits, fork_server
@@ -51,14 +52,14 @@ class ExerciseResult:
 
     chapter: Chapter
     exercise: Exercise
-    status: str  # "passed", "failed", "not implemented", "missing" or "not attempted" (optional)
+    status: Status
     reason: str  # one line for a table
     checks: list[CheckResult]
     note: str = ""  # e.g. that an exercise it builds on fails too
 
     @property
     def score(self) -> int:
-        return self.exercise.points if self.status == "passed" else 0
+        return self.exercise.points if self.status == Status.PASSED else 0
 
     @property
     def failed_checks(self) -> list[CheckResult]:
@@ -86,7 +87,7 @@ class GradeReport:
 
     @property
     def passed(self) -> bool:
-        return all(result.status in ("passed", "not attempted") for result in self.exercises)
+        return all(result.status.counts_as_passed for result in self.exercises)
 
 
 def grade(
@@ -314,23 +315,23 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     failed = [check for check in checks if check.outcome == "failed"]
     ran = [check for check in checks if check.outcome != "skipped"]
     if not ran:
-        return ExerciseResult(chapter, exercise, "failed", "no check ran (a grader problem)", checks)
+        return ExerciseResult(chapter, exercise, Status.FAILED, "no check ran (a grader problem)", checks)
     if not failed:
-        return ExerciseResult(chapter, exercise, "passed", f"{len(ran)} checks passed", checks)
+        return ExerciseResult(chapter, exercise, Status.PASSED, f"{len(ran)} checks passed", checks)
     kinds = {check.kind for check in failed}
     first = failed[0]
-    untouched = kinds == {"not-implemented"} and len(failed) == len(ran)
-    if exercise.optional and (untouched or first.kind == "missing"):
-        return ExerciseResult(chapter, exercise, "not attempted", "optional, no points: graded when you write it",
-                              checks)
+    untouched = kinds == {Failure.NOT_IMPLEMENTED} and len(failed) == len(ran)
+    if exercise.optional and (untouched or first.kind == Failure.MISSING):
+        return ExerciseResult(chapter, exercise, Status.NOT_ATTEMPTED,
+                              "optional, no points: graded when you write it", checks)
     if untouched:
-        return ExerciseResult(chapter, exercise, "not implemented", "not implemented yet", checks)
-    if first.kind == "missing":
-        return ExerciseResult(chapter, exercise, "missing", first.message, checks)
+        return ExerciseResult(chapter, exercise, Status.NOT_IMPLEMENTED, "not implemented yet", checks)
+    if first.kind == Failure.MISSING:
+        return ExerciseResult(chapter, exercise, Status.MISSING, first.message, checks)
     # One line: a known bug's hint says most; a wrong value is summed up by
     # the check's name and what differed (the sentence follows the table);
     # anything else by its message.
-    if first.hint or first.kind != "mismatch":
+    if first.hint or first.kind != Failure.MISMATCH:
         summary = first.hint or first.message
     else:
         summary = f'fails "{first.check}": {first.summary or _in_few_words(first.message)}'
@@ -338,6 +339,6 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     # Only what the failing checks ran: a failure elsewhere says nothing of this one.
     reached = {name for check in failed for name in check.reached}
     failing_uses = [name for name in exercise.uses if name in reached
-                    and name in earlier and earlier[name].status != "passed"]
+                    and name in earlier and earlier[name].status != Status.PASSED]
     note = f"it uses {', '.join(failing_uses)}, which fails too" if failing_uses else ""
-    return ExerciseResult(chapter, exercise, "failed", reason, checks, note)
+    return ExerciseResult(chapter, exercise, Status.FAILED, reason, checks, note)

@@ -22,6 +22,7 @@ from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 from grader.compare import CheckFailure
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
+from grader.outcomes import Failure
 from grader.remote import RemoteSubmission
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
@@ -31,8 +32,9 @@ CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 class CheckResult:
     """One check's verdict.
 
-    ``outcome`` is "passed", "failed" or "skipped"; ``kind`` is the
-    ``CheckFailure`` kind, or "grader-error" when the check itself broke.
+    ``outcome`` is "passed", "failed" or "skipped"; ``kind``, of a failed
+    check, is the ``CheckFailure``'s, or ``GRADER_ERROR`` when the check
+    itself broke.
     """
 
     chapter: str
@@ -40,7 +42,7 @@ class CheckResult:
     check: str
     outcome: str
     message: str = ""
-    kind: str = ""
+    kind: Failure | None = None
     hint: str | None = None
     summary: str = ""  # a mismatch in a few words: where, how large
     details: str = ""  # a grader error's traceback, for --verbose
@@ -187,7 +189,7 @@ class GradingPlugin:
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
         else:
-            result.outcome, result.kind = "failed", "grader-error"
+            result.outcome, result.kind = "failed", Failure.GRADER_ERROR
             result.message = (f"the grader itself failed in this check "
                               f"({type(error).__name__}: {error}); please report it")
             result.details = "".join(traceback.format_exception(error))
@@ -196,7 +198,7 @@ class GradingPlugin:
 
 def _error_hint(result: CheckResult) -> str | None:
     """The hint of a known bug that raises the error this check met."""
-    if result.kind not in ("error", "device"):
+    if result.kind not in (Failure.ERROR, Failure.DEVICE):
         return None
     for bug in KNOWN_BUGS.get(result.chapter, ()):
         if bug.exercise == result.exercise and bug.error and re.search(bug.error, result.message):

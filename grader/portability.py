@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from grader import wire
 from grader.compare import fail
 from grader.guards import watched
+from grader.outcomes import Failure
 from grader.wire import flatten
 
 # -- in the worker ------------------------------------------------------------
@@ -156,9 +157,9 @@ def expect_portable(text: str, problem: object, locate=plain_line) -> None:
     advice = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
     if problem.get("kind") == "returned":
         fail(f"{text} would return a tensor on the CPU when run on a GPU: it is {origin}; {advice}",
-             "device")
+             Failure.DEVICE)
     fail(f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
-         f"{origin}; {advice}", "device")
+         f"{origin}; {advice}", Failure.DEVICE)
 
 
 def _line_text(where: object, locate=plain_line) -> str:

@@ -24,6 +24,7 @@ from grader.compare import CheckFailure, brief
 from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
+from grader.outcomes import Failure
 from grader.portability import expect_portable, plain_line
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
 from grader.static_scan import Scan, refusal_message
@@ -157,7 +158,7 @@ class RemoteSubmission:
 
         With ``portability``, the worker also follows which tensors the call
         makes on a fixed device (``torch.ones(T, T)`` without ``device=``),
-        and a ``CheckFailure`` of kind "device" says where code would fail,
+        and a ``CheckFailure`` of kind ``Failure.DEVICE`` says where code would fail,
         or answer on the CPU, on a GPU: on any machine.
 
         With ``measure``, this returns ``(value, footprint)``: the largest
@@ -177,7 +178,7 @@ class RemoteSubmission:
         budget_left = self.limits.exercise_seconds - state.spent
         if budget_left <= 0:
             raise CheckFailure(f"{exercise} used up its time limit of "
-                               f"{self.limits.exercise_seconds:g} s", "timeout")
+                               f"{self.limits.exercise_seconds:g} s", Failure.TIMEOUT)
         try:
             worker = self._worker_for(exercise)
         except WorkerDied as death:
@@ -251,25 +252,25 @@ class RemoteSubmission:
 
     def _refuse_unrunnable(self, function: str, is_class: bool = False) -> None:
         if self._load_failure:
-            raise CheckFailure(self._load_failure, "unreadable")
+            raise CheckFailure(self._load_failure, Failure.UNREADABLE)
         if function in self.submission.broken:
-            raise CheckFailure(str(self.submission.broken[function]), "error")
+            raise CheckFailure(str(self.submission.broken[function]), Failure.ERROR)
         kind = self._loaded_file.names.get(function)
         if kind is None:
             line = self._signatures.get(function, _UNKNOWN).line
             if line in self._loaded_file.errors:
                 raise CheckFailure(f"{function} is not defined: defining it at "
                                    f"{self.submission.where(line)} raised "
-                                   f"{self._loaded_file.errors[line]}", "missing")
+                                   f"{self._loaded_file.errors[line]}", Failure.MISSING)
             kind = "class" if is_class else "function"
             if self.submission.notebook is None:
-                raise CheckFailure(f"your file defines no {kind} {function}", "missing")
+                raise CheckFailure(f"your file defines no {kind} {function}", Failure.MISSING)
             raise CheckFailure(f"your notebook defines no {kind} {function}"
-                               f"{self._notebook_hint(function)}", "missing")
+                               f"{self._notebook_hint(function)}", Failure.MISSING)
         if is_class and kind != "class":
-            raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", "missing")
+            raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", Failure.MISSING)
         if not is_class and kind not in ("function", "class"):
-            raise CheckFailure(f"{function} is a {kind}, not a function", "missing")
+            raise CheckFailure(f"{function} is a {kind}, not a function", Failure.MISSING)
 
     def _refuse_forbidden(self, exercise: str) -> None:
         """Fail every check of an exercise whose code calls what it may not
@@ -283,7 +284,7 @@ class RemoteSubmission:
         if self._forbidden_found[exercise]:
             line, name = self._forbidden_found[exercise][0]
             raise CheckFailure(refusal_message(exercise, name, self.submission.where(line), self._forbidden(exercise)),
-                               "forbidden")
+                               Failure.FORBIDDEN)
 
     def _notebook_hint(self, function: str) -> str:
         """Why a notebook may lack a function: its exercise cell is gone or
@@ -347,7 +348,7 @@ class RemoteSubmission:
                 raise CheckFailure(f"{text}: {reason or 'no gradients came back'}")
             return value, [decode(g) for g in grads.get("values", [])]
         except WireError as error:
-            raise CheckFailure(f"{text}: the worker sent back {error}", "protocol") from None
+            raise CheckFailure(f"{text}: the worker sent back {error}", Failure.PROTOCOL) from None
 
 
 def _signatures(submission: Submission) -> dict[str, Signature]:
@@ -394,33 +395,33 @@ def _error_failure(text: str, error: object, locate=plain_line) -> CheckFailure:
     """The message for an exception raised inside the student's function;
     ``locate(line)`` says where a line is (``line 12``, or a notebook cell)."""
     if not isinstance(error, dict):
-        return CheckFailure(f"{text} failed", "error")
+        return CheckFailure(f"{text} failed", Failure.ERROR)
     kind = str(error.get("type", "Exception"))
     message = " ".join(str(error.get("message", "")).split())  # one line, whatever torch wrote
     line, code = error.get("line"), str(error.get("code", "")).strip()
     where = f" at {locate(line)}" + (f" ({code})" if code else "") if type(line) is int and line else ""
     if kind == "NotImplementedError":
-        return CheckFailure("not implemented yet", "not-implemented")
+        return CheckFailure("not implemented yet", Failure.NOT_IMPLEMENTED)
     if kind == "Forbidden" and message in WHOLE_LIBRARY:
-        return CheckFailure(f"{text} uses {message}: this exercise is written without {message}", "forbidden")
+        return CheckFailure(f"{text} uses {message}: this exercise is written without {message}", Failure.FORBIDDEN)
     if kind == "Forbidden":
         return CheckFailure(f"{text} calls {message}, which this exercise asks you to write "
-                            "yourself", "forbidden")
+                            "yourself", Failure.FORBIDDEN)
     if kind == "GuardsAltered":
         return CheckFailure(f"{text} changed the grader's checks in its process (a mode popped or "
-                            "turned off, a method replaced): no exercise needs that", "forbidden")
+                            "turned off, a method replaced): no exercise needs that", Failure.FORBIDDEN)
     if kind == "MemoryError":
-        return CheckFailure(f"{text} ran out of memory{where}", "memory")
+        return CheckFailure(f"{text} ran out of memory{where}", Failure.MEMORY)
     if kind == "SystemExit":
-        return CheckFailure(f"{text} {message}{where}; return a value instead", "exit")
+        return CheckFailure(f"{text} {message}{where}; return a value instead", Failure.EXIT)
     detail = f": {message}" if message else ""
-    return CheckFailure(f"{text} raised {kind}{where}{detail}", "error")
+    return CheckFailure(f"{text} raised {kind}{where}{detail}", Failure.ERROR)
 
 
 def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:
-    if death.kind == "timeout":
+    if death.kind == Failure.TIMEOUT:
         return CheckFailure(f"{text} did not finish within {limit}: an infinite loop? "
-                            "(the exercise's other checks are skipped)", "timeout")
+                            "(the exercise's other checks are skipped)", Failure.TIMEOUT)
     return CheckFailure(f"{text} {death.reason} (the exercise's other checks are skipped)",
                         death.kind)
 

@@ -19,14 +19,15 @@ from rich.text import Text
 
 from grader.catalog import COURSE_ROOT, gradescope_test_name
 from grader.grading import GradeReport
+from grader.outcomes import Status
 from grader.verify import ExerciseAudit, Verification
 
 STATUS_STYLE = {
-    "passed": ("✓ pass", "green"),
-    "failed": ("✗ fail", "red"),
-    "not implemented": ("· todo", "yellow"),
-    "missing": ("✗ missing", "red"),
-    "not attempted": ("· optional", "dim"),
+    Status.PASSED: ("✓ pass", "green"),
+    Status.FAILED: ("✗ fail", "red"),
+    Status.NOT_IMPLEMENTED: ("· todo", "yellow"),
+    Status.MISSING: ("✗ missing", "red"),
+    Status.NOT_ATTEMPTED: ("· optional", "dim"),
 }
 
 
@@ -67,7 +68,7 @@ def _print_failures(report: GradeReport, console: Console, verbose: bool) -> Non
     """Why each failed exercise failed: its first failed check in full (every
     one with ``verbose``), the hint when the value matches a known bug."""
     for result in report.exercises:
-        if result.status != "failed":
+        if result.status != Status.FAILED:
             continue
         console.print(Text(f"{result.chapter.id} {result.exercise.name}", style="bold red"))
         for check in result.failed_checks if verbose else result.failed_checks[:1]:
@@ -103,7 +104,7 @@ def results_json(report: GradeReport) -> dict:
             "score": result.score,
             "max_score": result.exercise.points,
             # An optional exercise left alone failed nothing (and is worth 0 of 0).
-            "status": "passed" if result.status in ("passed", "not attempted") else "failed",
+            "status": "passed" if result.status.counts_as_passed else "failed",
             "output": "\n".join(lines),
             "visibility": "visible",
         })

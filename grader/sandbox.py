@@ -34,6 +34,7 @@ from grader.catalog import CHAPTERS, COURSE_ROOT
 from grader.forkserver import ForkServer, ForkServerError
 from grader.isolation import CONFINEMENT_FAILED, Limits, Policy
 from grader.loading import Submission
+from grader.outcomes import Failure
 
 __all__ = ["Limits", "LoadResult", "Worker", "WorkerDied", "fork_server", "probe", "run_workers_as"]
 
@@ -41,10 +42,10 @@ __all__ = ["Limits", "LoadResult", "Worker", "WorkerDied", "fork_server", "probe
 class WorkerDied(Exception):
     """The worker stopped answering: ``reason`` says how, in words."""
 
-    def __init__(self, reason: str, kind: str = "crash"):
+    def __init__(self, reason: str, kind: Failure = Failure.CRASH):
         super().__init__(reason)
         self.reason = reason
-        self.kind = kind  # "timeout", "exit", "crash", "memory" or "protocol"
+        self.kind = Failure(kind)  # TIMEOUT, EXIT, CRASH, MEMORY or PROTOCOL
 
 
 _WORKER_ACCOUNT: tuple[int, int] | None = None  # (uid, gid) workers run as; None: as the grader
@@ -138,7 +139,7 @@ class Worker:
         try:
             self.pid, self._to_child, self._from_child = server.spawn(key, request)
         except ForkServerError as error:
-            raise WorkerDied(f"could not be started ({error})", "crash") from None
+            raise WorkerDied(f"could not be started ({error})", Failure.CRASH) from None
         self._running = True
 
     # Frames from the child are read against a deadline; a missing answer
@@ -149,12 +150,12 @@ class Worker:
         size = sum(wire.HEADER.unpack(header))
         if size > wire.MAX_FRAME:
             self.kill()
-            raise WorkerDied(f"sent an answer of {size / 2**20:.0f} MiB, over the limit", "protocol")
+            raise WorkerDied(f"sent an answer of {size / 2**20:.0f} MiB, over the limit", Failure.PROTOCOL)
         try:
             return wire.load(header, self._read(size, deadline))
         except wire.WireError as error:
             self.kill()
-            raise WorkerDied(str(error), "protocol") from None
+            raise WorkerDied(str(error), Failure.PROTOCOL) from None
 
     def request(self, message: dict, deadline: float) -> dict:
         """Send one request and wait for its answer until ``deadline``."""
@@ -169,7 +170,7 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0 or not poller.poll(left * 1000):
                 self.kill()
-                raise WorkerDied("timed out", "timeout")
+                raise WorkerDied("timed out", Failure.TIMEOUT)
             chunk = os.read(self._from_child, min(remaining, 2**20))
             if not chunk:
                 raise self._death()
@@ -186,7 +187,7 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0 or not poller.poll(left * 1000):
                 self.kill()
-                raise WorkerDied("timed out", "timeout")
+                raise WorkerDied("timed out", Failure.TIMEOUT)
             try:
                 view = view[os.write(self._to_child, view):]
             except BlockingIOError:
@@ -203,19 +204,19 @@ class Worker:
             return WorkerDied(f"stopped answering ({error})")
         self._running = False
         if was_running:  # it closed its end of the pipe and went on
-            return WorkerDied("closed its connection to the grader", "protocol")
+            return WorkerDied("closed its connection to the grader", Failure.PROTOCOL)
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             if number == signal.SIGSEGV:
                 return WorkerDied("crashed with a segmentation fault")
             if number == signal.SIGKILL:
-                return WorkerDied("was killed, most likely for using too much memory", "memory")
+                return WorkerDied("was killed, most likely for using too much memory", Failure.MEMORY)
             return WorkerDied(f"was killed by signal {signal.Signals(number).name}")
         code = os.WEXITSTATUS(status)
         if code == CONFINEMENT_FAILED:
             return WorkerDied("could not confine itself (the grader's sandbox failed to start); "
-                              "please report it", "crash")
-        return WorkerDied(f"ended the process (exit status {code}), e.g. with os._exit()", "exit")
+                              "please report it", Failure.CRASH)
+        return WorkerDied(f"ended the process (exit status {code}), e.g. with os._exit()", Failure.EXIT)
 
     def kill(self) -> None:
         """Stop the worker now; safe to call more than once. The fork server
@@ -285,7 +286,7 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> 
         except WorkerDied as death:
             worker.kill()
             reason = (f"did not finish within {limits.check_seconds:g} s"
-                      if death.kind == "timeout" else death.reason)
+                      if death.kind == Failure.TIMEOUT else death.reason)
             if type(line) is not int or line in skipped or len(skipped) >= max_faults:
                 return LoadResult(skipped=skipped, failure=f"running the file {reason}")
             skipped[line] = reason

@@ -31,7 +31,7 @@ def _verdicts(report: GradeReport) -> dict:
     found["exercises"] = [
         {"chapter": result.chapter.id, "exercise": result.exercise.name, "status": result.status,
          "reason": result.reason, "note": result.note,
-         "checks": [[check.check, check.outcome, check.kind, check.message, check.hint]
+         "checks": [[check.check, check.outcome, check.kind or "", check.message, check.hint]
                     for check in result.checks]}
         for result in report.exercises
     ]

@@ -25,6 +25,7 @@ from grader import recorded
 from grader.catalog import find_chapter
 from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, unpack
 from grader.module_calls import ModuleCall, run_module_call
+from grader.outcomes import Failure
 
 exercise = pytest.mark.exercise
 
@@ -73,10 +74,10 @@ def expect_raises(submission, name: str, args: tuple, kwargs: dict, errors: tupl
     try:
         got = submission.call(name, args, kwargs, module=module)
     except CheckFailure as failure:
-        if failure.kind != "error":
+        if failure.kind != Failure.ERROR:
             raise  # not implemented, out of time...: that verdict stands
         if not any(f" raised {error}" in failure.message for error in errors):
-            fail(f"{failure.message}; expected {expected} ({why})", "error")
+            fail(f"{failure.message}; expected {expected} ({why})", Failure.ERROR)
         return
     call = submission.call_text(name, args, kwargs, module=module)
     fail(f"{call} returned {describe(got)}; expected {expected} ({why})", hint=matching_hint(got, bugs),

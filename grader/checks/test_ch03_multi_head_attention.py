@@ -47,6 +47,7 @@ from grader.compare import (
 )
 from grader.footprint import PartlyMeasured
 from grader.module_calls import ModuleCall
+from grader.outcomes import Failure
 
 oracles = Oracles("ch03")
 
@@ -629,7 +630,7 @@ def test_parameter_count_builds_nothing(submission, bugs):
     try:
         got, call = run(submission, "parameter_count", d_model, heads)
     except CheckFailure as failure:
-        if failure.kind not in ("error", "memory"):
+        if failure.kind not in (Failure.ERROR, Failure.MEMORY):
             raise
         fail(f"{failure.message}; a model this wide has {expected:,} parameters, more than memory holds: "
              "count them with a formula in d_model and bias, without building the module", failure.kind)

@@ -30,6 +30,7 @@ from grader.compare import (
     matching_hint,
     unpack,
 )
+from grader.outcomes import Failure
 
 oracles = Oracles("ch04")
 
@@ -54,7 +55,7 @@ def _expect_mask(got, expected: torch.Tensor, call: str, lookalikes=None,
     try:
         expect_close(got, expected, call, bugs=lookalikes, reference=reference)
     except CheckFailure as failure:
-        if failure.kind != "mismatch" or not isinstance(got, torch.Tensor) or got.dim() != 2:
+        if failure.kind != Failure.MISMATCH or not isinstance(got, torch.Tensor) or got.dim() != 2:
             raise
         if tuple(got.shape) != tuple(expected.shape) or got.dtype != torch.bool:
             raise
