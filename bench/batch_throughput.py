@@ -32,12 +32,12 @@ def make_class(folder: Path, students: int) -> None:
         student = folder / f"student{index:03d}"
         student.mkdir(parents=True)
         for chapter in CHAPTERS:
-            solution = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+            solution = chapter.solution().read_text(encoding="utf-8")
             kind = index % 5
             if kind == 0:
                 files = {".py": solution}
             elif kind == 1:
-                files = {".py": (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(encoding="utf-8")}
+                files = {".py": chapter.stub().read_text(encoding="utf-8")}
             elif kind == 2:
                 files = {".ipynb": notebook_text(chapter, solution, COURSE_ROOT, "solutions")}
             else:  # a different bug for each student, in every chapter

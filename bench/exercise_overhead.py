@@ -19,7 +19,7 @@ import time
 import torch
 
 from grader import remote
-from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.catalog import CHAPTERS, find_chapter
 from grader.grading import grade
 from grader.module_calls import run_module_call
 
@@ -36,7 +36,7 @@ def recorded_calls(chapter, exercise: str) -> tuple[float, list[tuple]]:
     remote.RemoteSubmission.call = record
     try:
         started = time.perf_counter()
-        report = grade([(chapter, COURSE_ROOT / "solutions" / f"{chapter.module}.py")], seed=0,
+        report = grade([(chapter, chapter.solution())], seed=0,
                        only={exercise})
         seconds = time.perf_counter() - started
     finally:
@@ -68,7 +68,7 @@ def direct_seconds(reference, calls: list[tuple]) -> float:
 
 
 def load_reference(chapter):
-    path = COURSE_ROOT / "solutions" / f"{chapter.module}.py"
+    path = chapter.solution()
     spec = importlib.util.spec_from_file_location(f"bench_{chapter.module}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from grader.catalog import COURSE_ROOT, find_chapter
+from grader.catalog import find_chapter
 from grader.footprint import Measure
 
 
@@ -43,7 +43,7 @@ def pytorch_attention(q, k, v, causal: bool = False):
 
 def reference_tiled():
     chapter = find_chapter("ch07")
-    spec = importlib.util.spec_from_file_location("reference_ch07", COURSE_ROOT / "solutions" / f"{chapter.module}.py")
+    spec = importlib.util.spec_from_file_location("reference_ch07", chapter.solution())
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.tiled_attention

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from grade_course import machine, wall_time
 
-from grader.catalog import COURSE_ROOT, find_chapter
+from grader.catalog import find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
 
@@ -40,11 +40,11 @@ def main() -> None:
     parser.add_argument("--chapter", default="ch01")
     options = parser.parse_args()
     chapter = find_chapter(options.chapter)
-    solution = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    solution = chapter.solution().read_text(encoding="utf-8")
     versions = [apply_bug(solution, KNOWN_BUGS[chapter.id][0]), solution]
     print(machine())
     with tempfile.TemporaryDirectory() as folder:
-        target = Path(folder) / f"{chapter.module}.py"
+        target = Path(folder) / chapter.file_name
         target.write_text(solution, encoding="utf-8")
         started = time.perf_counter()
         watcher = subprocess.Popen([sys.executable, "-m", "grader", "watch", chapter.id, "--dir", folder,

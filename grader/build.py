@@ -80,10 +80,10 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
     the exercises (``RECORD``) among them."""
     files: dict[Path, str] = {}
     for chapter in CHAPTERS:
-        solution = root / "solutions" / f"{chapter.module}.py"
+        solution = chapter.solution(root)
         stub = stub_source(solution.read_text(encoding="utf-8"), str(solution.relative_to(root)))
-        files[root / "exercises" / f"{chapter.module}.py"] = stub
-        files[root / "exercises" / f"{chapter.module}.ipynb"] = notebook_text(chapter, stub, root)
+        files[chapter.stub(root)] = stub
+        files[chapter.notebook(root)] = notebook_text(chapter, stub, root)
         if figures:
             files.update(_chapter_figures(chapter, root))
     exercises = {path.name: _digest(text) for path, text in files.items() if path.parent.name == "exercises"}
@@ -151,7 +151,7 @@ def solution_notebooks(folder: Path, root: Path = COURSE_ROOT) -> dict[Path, str
         return place.as_posix()
 
     for chapter in CHAPTERS:
-        solution = (root / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        solution = chapter.solution(root).read_text(encoding="utf-8")
         files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions", copy)
     return files
 

@@ -14,6 +14,7 @@ from pathlib import Path
 # The course's folders sit beside the ``grader`` package, both in a checkout
 # and in an editable install.
 COURSE_ROOT = Path(__file__).resolve().parent.parent
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"  # the hidden checks, in the package
 
 
 def is_student_edition(root: Path = COURSE_ROOT) -> bool:
@@ -85,6 +86,32 @@ class Chapter:
     def folder(self) -> str:
         """Name of the lesson folder under ``chapters/``: ``01_self_attention``."""
         return f"{self.number:02d}_{self.slug}"
+
+    def solution(self, root: Path = COURSE_ROOT) -> Path:
+        """The reference solution: ``solutions/ch01_self_attention.py``."""
+        return root / "solutions" / self.file_name
+
+    def stub(self, root: Path = COURSE_ROOT) -> Path:
+        """The student's file, as the build writes it: ``exercises/ch01_self_attention.py``."""
+        return root / "exercises" / self.file_name
+
+    def notebook(self, root: Path = COURSE_ROOT) -> Path:
+        """The student's notebook: ``exercises/ch01_self_attention.ipynb``."""
+        return root / "exercises" / f"{self.module}.ipynb"
+
+    def bugs(self, root: Path = COURSE_ROOT) -> Path:
+        """Its known bugs: ``grader/bugs/ch01.py``."""
+        return root / "grader" / "bugs" / f"{self.id}.py"
+
+    @property
+    def file_name(self) -> str:
+        """What its solution and its stub are called: ``ch01_self_attention.py``."""
+        return f"{self.module}.py"
+
+    @property
+    def checks(self) -> Path:
+        """Its hidden checks, in the installed package: ``grader/checks/test_ch01_self_attention.py``."""
+        return CHECKS_DIR / f"test_{self.module}.py"
 
     @property
     def points(self) -> int:

@@ -114,7 +114,7 @@ def _record_seed(seed: int, root: Path) -> dict[str, bytes]:
     must pass (a recording of a failing reference would grade wrongly)."""
     from grader.grading import grade
 
-    targets = [(chapter, root / "solutions" / f"{chapter.module}.py") for chapter in CHAPTERS]
+    targets = [(chapter, chapter.solution(root)) for chapter in CHAPTERS]
     with recorded.recording() as recorder:
         report = grade(targets, seed=seed)
     failed = [f"{result.chapter.id} {check.check}: {check.message}"
@@ -206,7 +206,7 @@ def _write_bug_hints(folder: Path) -> int:
             lines.append(f"             {bug.hint!r},")
             lines.append(f"             old='', new='', error={bug.error!r}),")
         lines.append(")")
-        path = folder / "grader" / "bugs" / f"{chapter.id}.py"
+        path = chapter.bugs(folder)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(CHAPTERS)

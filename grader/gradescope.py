@@ -241,7 +241,7 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
         OSError: ``out`` cannot be written.
     """
     missing = [f"solutions/{chapter.module}.py" for chapter in chapters
-               if not (root / "solutions" / f"{chapter.module}.py").is_file()]
+               if not chapter.solution(root).is_file()]
     if missing:
         raise BundleError(f"no {', '.join(missing)}: the autograder grades against the reference "
                           "solutions, so build it from the instructor's tree")
@@ -345,7 +345,7 @@ def write_results(path: Path, results: dict) -> None:
 
 
 def expected_files(chapters) -> str:
-    names = ", ".join(f"{chapter.module}.py" for chapter in chapters)
+    names = ", ".join(chapter.file_name for chapter in chapters)
     return (f"Expected one file per chapter, named like the course's exercises: {names} "
             "(or the same names ending in .ipynb, for notebooks), at the top of the "
             "submission or in a folder of it; a zip of them works too.")

@@ -28,11 +28,11 @@ import pytest
 import torch
 
 from grader import reaping, recorded
-from grader.catalog import Chapter, Exercise
+from grader.catalog import CHECKS_DIR, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
-from grader.plugin import CHECKS_DIR, CheckResult, GradingPlugin
+from grader.plugin import CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
 from grader.sandbox import Limits, fork_server
 from grader.shards import ShardFailed, one_thread, run_side_by_side
@@ -56,6 +56,9 @@ class ExerciseResult:
     reason: str  # one line for a table
     checks: list[CheckResult]
     note: str = ""  # e.g. that an exercise it builds on fails too
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # its word will do: "passed" is Status.PASSED
 
     @property
     def score(self) -> int:
@@ -251,13 +254,13 @@ def preload(chapters: Iterable[Chapter]) -> None:
 def _grading_cost(chapter: Chapter) -> int:
     """How many check functions the chapter has, plus what its catalog entry
     adds for slow ones (``Chapter.extra_cost``): a measure of its grading time."""
-    checks = (CHECKS_DIR / f"test_{chapter.module}.py").read_text(encoding="utf-8").count("\ndef test_")
+    checks = chapter.checks.read_text(encoding="utf-8").count("\ndef test_")
     return checks + chapter.extra_cost
 
 
 def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
     """One pytest session over the chapters' check files, silent on stdout."""
-    files = [str(CHECKS_DIR / f"test_{chapter.module}.py") for chapter in chapters]
+    files = [str(chapter.checks) for chapter in chapters]
     arguments = [
         *files,
         "-c", str(CHECKS_DIR / "pytest.ini"),  # never a config file of the submission's

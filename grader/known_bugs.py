@@ -89,7 +89,7 @@ def apply_bug(source: str, bug: KnownBug) -> str:
 @cache
 def buggy_modules(chapter: Chapter, root: Path = COURSE_ROOT) -> tuple[tuple[KnownBug, object], ...]:
     """Each known bug of ``chapter`` as a module built from the mutated solution."""
-    solution = (root / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    solution = chapter.solution(root).read_text(encoding="utf-8")
     modules = []
     for bug in KNOWN_BUGS.get(chapter.id, ()):
         module = types.ModuleType(f"{chapter.module}__{bug.exercise}__{bug.name}")

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 
 from grader import recorded
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
+from grader.catalog import CHAPTERS, Chapter
 from grader.compare import CheckFailure
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
 from grader.outcomes import Failure
 from grader.remote import RemoteSubmission
 
-CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
 
 @dataclass
@@ -117,7 +116,7 @@ class GradingPlugin:
     def reference_module(self, chapter: Chapter):
         """The chapter's reference solution, imported once (trusted code)."""
         if chapter.id not in self._references:
-            path = COURSE_ROOT / "solutions" / f"{chapter.module}.py"
+            path = chapter.solution()
             spec = importlib.util.spec_from_file_location(f"reference_{chapter.module}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)

@@ -81,11 +81,11 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
         raise GraderError("this is the student edition: it has no reference solutions to verify "
                           "the checks with; run mha-course verify in the instructor's tree")
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
-    references = grade([(c, COURSE_ROOT / "solutions" / f"{c.module}.py") for c in CHAPTERS], seed=seed)
+    references = grade([(c, c.solution()) for c in CHAPTERS], seed=seed)
     files = generated_files(root)
     # The stubs as the build writes them, not exercises/ as it is: that may hold work.
     with tempfile.TemporaryDirectory() as folder:
-        stub_paths = [(c, Path(folder) / f"{c.module}.py") for c in CHAPTERS]
+        stub_paths = [(c, Path(folder) / c.file_name) for c in CHAPTERS]
         for _, path in stub_paths:
             path.write_text(files[root / "exercises" / path.name], encoding="utf-8")
         stubs = grade(stub_paths, seed=seed)
@@ -117,9 +117,9 @@ def _grade_bug(task: tuple[str, int], seed: int) -> tuple[str, int, set[str]]:
     chapter_id, index = task
     chapter = find_chapter(chapter_id)
     bug = KNOWN_BUGS[chapter_id][index]
-    source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    source = chapter.solution().read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"{chapter.module}.py"
+        path = Path(folder) / chapter.file_name
         path.write_text(apply_bug(source, bug), encoding="utf-8")
         report = grade([(chapter, path)], seed=seed, only={bug.exercise})
     (result,) = report.exercises

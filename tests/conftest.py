@@ -20,11 +20,11 @@ preload(CHAPTERS)
 
 
 def solution_source(chapter: Chapter) -> str:
-    return (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    return chapter.solution().read_text(encoding="utf-8")
 
 
 def stub_source(chapter: Chapter) -> str:
-    return (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(encoding="utf-8")
+    return chapter.stub().read_text(encoding="utf-8")
 
 
 CH01 = find_chapter("ch01")
@@ -88,7 +88,7 @@ def grade_source(tmp_path: Path):
     def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01",
             only: set[str] | None = None) -> GradeReport:
         target = find_chapter(chapter)
-        path = tmp_path / f"{target.module}.py"
+        path = tmp_path / target.file_name
         path.write_text(source, encoding="utf-8")
         return grade([(target, path)], limits=limits, seed=seed, only=only)
 

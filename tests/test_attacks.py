@@ -38,7 +38,7 @@ from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 
 CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
-REFERENCE = COURSE_ROOT / "solutions" / f"{CH01.module}.py"
+REFERENCE = CH01.solution()
 BOUND_SECONDS = 30  # a whole chapter 1 grade with FAST limits, and room for a loaded machine
 # Where the "appends to the grader" attack writes: inside the grader's package
 # (an editable install's), in a file whose existence would do no harm.
@@ -290,7 +290,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
 def test_a_file_python_cannot_parse_costs_that_chapter_alone(tmp_path):
     """A 20,000-term expression makes Python's parser give up: one line for
     that chapter, every other chapter's verdict kept, no traceback."""
-    (tmp_path / f"{CH01.module}.py").write_text(SOLUTION, encoding="utf-8")
+    (tmp_path / CH01.file_name).write_text(SOLUTION, encoding="utf-8")
     deep = "x = " + " + ".join(["1"] * 20000) + "\n"
     (tmp_path / "ch02_cross_attention.py").write_text(deep, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "grader", "grade", "--dir", str(tmp_path), "--json",
@@ -308,7 +308,7 @@ def test_a_piped_grade_ends_when_the_grader_does(tmp_path):
     """``grade --json | reader``: the reader sees the end of the output when
     the grader exits, and nothing the submission started writes after it."""
     out = tmp_path / "grade.json"
-    path = tmp_path / f"{CH01.module}.py"
+    path = tmp_path / CH01.file_name
     path.write_text(BY_NAME["forks-a-process"].source(), encoding="utf-8")
     started = time.monotonic()
     with open(out, "w", encoding="utf-8") as stream:
@@ -396,7 +396,7 @@ def test_a_process_that_holds_the_graders_output_dies_with_the_grade(tmp_path, c
     exits: with the layers, the worker can neither fork nor reach the
     grader's output; without them, what it forked is killed before the
     report is written."""
-    path = tmp_path / f"{CH01.module}.py"
+    path = tmp_path / CH01.file_name
     path.write_text(STDOUT_HOLDER.source(), encoding="utf-8")
     prefix = [sys.executable, "-m", "grader"] if confined else [sys.executable, "-c", UNCONFINED_CLI]
     started = time.monotonic()
@@ -412,7 +412,7 @@ def test_no_known_bug_nor_the_reference_is_in_a_workers_memory(tmp_path):
     edited lines nor the reference's code, so neither can leave through a
     message: a grade forks its workers' server before it loads them."""
     source = memory_reader()
-    path = tmp_path / f"{CH01.module}.py"
+    path = tmp_path / CH01.file_name
     path.write_text(source, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1",
                            "--timeout", "20"], capture_output=True, text=True, timeout=240)
@@ -462,13 +462,13 @@ def write_class(folder: Path, out: Path) -> dict[str, Attack | None]:
     """An honest student (alice), and one student per attack."""
     students: dict[str, Attack | None] = {"alice": None}
     (folder / "alice").mkdir(parents=True)
-    alice = folder / "alice" / f"{CH01.module}.py"
+    alice = folder / "alice" / CH01.file_name
     alice.write_text(SOLUTION, encoding="utf-8")
     attacks = [BY_NAME[name] for name in BATCH_ATTACKS] + [classmate_reader(alice), daemon(out)]
     for attack in attacks:
         student = attack.name.replace("-", "_")
         (folder / student).mkdir()
-        (folder / student / f"{CH01.module}.py").write_text(attack.source(), encoding="utf-8")
+        (folder / student / CH01.file_name).write_text(attack.source(), encoding="utf-8")
         students[student] = attack
     return students
 
@@ -526,7 +526,7 @@ def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
     loaded the reference, the checks or the known bugs."""
     for student, source in (("alice", SOLUTION), ("mallory", memory_reader())):
         (tmp_path / "class" / student).mkdir(parents=True)
-        (tmp_path / "class" / student / f"{CH01.module}.py").write_text(source, encoding="utf-8")
+        (tmp_path / "class" / student / CH01.file_name).write_text(source, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--out",
                            str(tmp_path / "grades"), "--seed", "1", "--timeout", "20"],
                           capture_output=True, text=True, timeout=240)
@@ -541,7 +541,7 @@ def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
 def test_without_the_kernels_layers_a_daemon_dies_before_the_outputs_are_written(tmp_path):
     out = tmp_path / "grades"
     (tmp_path / "class" / "mallory").mkdir(parents=True)
-    (tmp_path / "class" / "mallory" / f"{CH01.module}.py").write_text(daemon(out).source(), encoding="utf-8")
+    (tmp_path / "class" / "mallory" / CH01.file_name).write_text(daemon(out).source(), encoding="utf-8")
     run_batch(tmp_path / "class", out, GradingOptions(seed=5, check_seconds=2.0), jobs=1)
     nothing_left_running()
     written = outputs(out)
@@ -554,7 +554,7 @@ def test_a_state_file_changed_by_anyone_else_is_not_trusted(tmp_path):
     """The state is read back as grades: one that does not carry this out
     folder's MAC, or whose results file changed, is graded again."""
     (tmp_path / "class" / "bob").mkdir(parents=True)
-    (tmp_path / "class" / "bob" / f"{CH01.module}.py").write_text(STUB, encoding="utf-8")
+    (tmp_path / "class" / "bob" / CH01.file_name).write_text(STUB, encoding="utf-8")
     out = tmp_path / "grades"
     options = GradingOptions(seed=5, check_seconds=2.0)
     run_batch(tmp_path / "class", out, options)
@@ -579,7 +579,7 @@ def test_the_out_folder_is_beyond_a_workers_reach(tmp_path):
     key = out / ".batch-key"
     assert key.is_file() and key.stat().st_mode & 0o077 == 0
     (tmp_path / "class" / "eve").mkdir()
-    (tmp_path / "class" / "eve" / f"{CH01.module}.py").write_text(replace_function(SOLUTION, "self_attention", f'''
+    (tmp_path / "class" / "eve" / CH01.file_name).write_text(replace_function(SOLUTION, "self_attention", f'''
 def self_attention(x, w_q, w_k, w_v, mask=None):
     with open({str(key)!r}, "rb") as stolen:
         stolen.read()

@@ -28,12 +28,12 @@ from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.notebooks import notebook_text
 
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
-SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
-STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
-CH02_SOLUTION = (COURSE_ROOT / "solutions" / f"{CH02.module}.py").read_text(encoding="utf-8")
+SOLUTION = CH01.solution().read_text(encoding="utf-8")
+STUB = CH01.stub().read_text(encoding="utf-8")
+CH02_SOLUTION = CH02.solution().read_text(encoding="utf-8")
 COURSE_POINTS = sum(chapter.points for chapter in CHAPTERS)
 FULL = CH01.points  # 11
-PY, NB = f"{CH01.module}.py", f"{CH01.module}.ipynb"
+PY, NB = CH01.file_name, f"{CH01.module}.ipynb"
 
 
 def with_bug(name: str) -> str:
@@ -130,7 +130,7 @@ def make_class(root: Path) -> Path:
     write(root / "ned" / NB, notebook(SOLUTION), age=60)
     write(root / "ned" / PY, STUB)
     write(root / "ola" / PY, SOLUTION)
-    write(root / "ola" / f"{CH02.module}.py", CH02_SOLUTION)
+    write(root / "ola" / CH02.file_name, CH02_SOLUTION)
     (root / "pat").mkdir()
     write(root / "quinn.zip", b"PK\x03\x04 this zip was cut short")
     zip_of(root / "rae.zip", {PY: SOLUTION, "../escaped.py": "print('out')"})

@@ -40,7 +40,7 @@ def _definitions(source: str) -> dict[str, str | None]:
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_stub_keeps_signatures_and_hides_every_solution_line(chapter):
-    solution = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text()
+    solution = chapter.solution().read_text()
     stub = stub_source(solution)
     solution_defs = _definitions(solution)
     stub_defs = _definitions(stub)

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_for_file, find_chapter
-from grader.plugin import CHECKS_DIR
 
 
 @pytest.mark.parametrize("target", ["ch01", "1", "01", "CH01", "01_self_attention",
@@ -34,15 +33,21 @@ def test_a_file_is_matched_to_its_chapter_by_name():
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_each_chapter_has_its_files(chapter):
-    assert (COURSE_ROOT / "solutions" / f"{chapter.module}.py").is_file()
-    assert (COURSE_ROOT / "exercises" / f"{chapter.module}.py").is_file()
+    assert chapter.solution().is_file()
+    assert chapter.stub().is_file()
+    assert chapter.notebook().is_file()
     assert (COURSE_ROOT / "chapters" / chapter.folder / "README.md").is_file()
-    assert (CHECKS_DIR / f"test_{chapter.module}.py").is_file()
+    assert chapter.checks.is_file()
+    assert chapter.bugs().is_file()
+    # Each names its own chapter's file, in the folder it is given.
+    for path in (chapter.solution(), chapter.stub(), chapter.notebook(), chapter.checks, chapter.bugs()):
+        assert chapter.id in path.name
+    assert chapter.solution(Path("elsewhere")) == Path("elsewhere", "solutions", chapter.file_name)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_checks_judge_exactly_the_catalogs_exercises(chapter):
-    source = (CHECKS_DIR / f"test_{chapter.module}.py").read_text()
+    source = chapter.checks.read_text()
     judged = set(re.findall(r'@exercise\("(\w+)"\)', source))
     assert judged == {exercise.name for exercise in chapter.exercises}
     tree = ast.parse(source)

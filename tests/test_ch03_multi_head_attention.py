@@ -25,7 +25,7 @@ def edit(source: str, old: str, new: str) -> str:
 
 @pytest.fixture(scope="module")
 def solution_report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ch03") / f"{CH03.module}.py"
+    path = tmp_path_factory.mktemp("ch03") / CH03.file_name
     path.write_text(SOLUTION, encoding="utf-8")
     return grade([(CH03, path)], limits=FAST, seed=1234)
 
@@ -292,7 +292,7 @@ def parameter_count(d_model, num_heads, bias=True):
 
 def _grade_count(source: str, tmp_path):
     """The report of ``parameter_count`` alone."""
-    path = tmp_path / f"{CH03.module}.py"
+    path = tmp_path / CH03.file_name
     path.write_text(source, encoding="utf-8")
     return result_of(grade([(CH03, path)], limits=FAST, seed=1234, only={"parameter_count"}),
                      "parameter_count")

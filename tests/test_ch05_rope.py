@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import replace_function, result_of, solution_source, statuses, stub_source
-from grader.catalog import COURSE_ROOT, find_chapter
+from grader.catalog import find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
 CH05 = find_chapter("ch05")
@@ -18,7 +18,7 @@ SOLUTION = solution_source(CH05)
 
 
 def _reference():
-    path = COURSE_ROOT / "solutions" / f"{CH05.module}.py"
+    path = CH05.solution()
     spec = importlib.util.spec_from_file_location("reference_ch05_for_tests", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -27,7 +27,7 @@ def _load(path, name: str):
 
 
 def _reference():
-    return _load(COURSE_ROOT / "solutions" / f"{CH06.module}.py", "reference_ch06_for_tests")
+    return _load(CH06.solution(), "reference_ch06_for_tests")
 
 
 def _bug(exercise: str, name: str):

@@ -42,7 +42,7 @@ def _load(path, name: str):
 
 
 def _reference():
-    return _load(COURSE_ROOT / "solutions" / f"{CH07.module}.py", "reference_ch07_for_tests")
+    return _load(CH07.solution(), "reference_ch07_for_tests")
 
 
 def _failed(report, exercise: str) -> dict[str, str]:

@@ -277,7 +277,7 @@ def test_returning_only_the_losses_is_told_what_train_returns(grade_source):
 
 def _reference():
     spec = importlib.util.spec_from_file_location("reference_ch08_for_tests",
-                                                  COURSE_ROOT / "solutions" / f"{CH08.module}.py")
+                                                  CH08.solution())
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -170,8 +170,8 @@ def test_grade_keeps_every_name_and_point_whole_at_80_columns(tmp_path):
     bug = next(bug for bug in KNOWN_BUGS["ch01"] if bug.name == "no-scale")
     (tmp_path / "ch01_self_attention.py").write_text(apply_bug(source, bug), encoding="utf-8")
     for chapter in CHAPTERS[1:]:
-        stub = (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(encoding="utf-8")
-        (tmp_path / f"{chapter.module}.py").write_text(stub, encoding="utf-8")
+        stub = chapter.stub().read_text(encoding="utf-8")
+        (tmp_path / chapter.file_name).write_text(stub, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "grader", "grade", "--dir", str(tmp_path), "--seed", "1"],
                           capture_output=True, text=True, cwd=COURSE_ROOT, timeout=300,
                           env={**os.environ, "COLUMNS": "80"})

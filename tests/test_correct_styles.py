@@ -248,7 +248,7 @@ def assert_same(got, expected, what: str) -> None:
 @pytest.mark.parametrize("path", CORPUS, ids=[path.stem for path in CORPUS])
 def test_the_corpus_file_equals_the_reference(path):
     chapter = chapter_of(path)
-    reference = load(COURSE_ROOT / "solutions" / f"{chapter.module}.py", f"reference_{chapter.module}")
+    reference = load(chapter.solution(), f"reference_{chapter.module}")
     candidate = load(path, f"correct_{path.stem}")
     for seed in (0, 1):
         for name, args, kwargs in SAMPLES[chapter.id](Draw(seed)):

@@ -14,7 +14,7 @@ from grader.grading import grade
 
 
 def _targets(folder: str):
-    return [(chapter, COURSE_ROOT / folder / f"{chapter.module}.py") for chapter in CHAPTERS]
+    return [(chapter, COURSE_ROOT / folder / chapter.file_name) for chapter in CHAPTERS]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 20261122])

@@ -24,7 +24,7 @@ from grader.gradescope import missing_reason, with_missing_chapters
 from grader.notebooks import notebook_text
 
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
-PY, NB = f"{CH01.module}.py", f"{CH01.module}.ipynb"
+PY, NB = CH01.file_name, f"{CH01.module}.ipynb"
 SOLUTION = (COURSE_ROOT / "solutions" / PY).read_text(encoding="utf-8")
 STUB = (COURSE_ROOT / "exercises" / PY).read_text(encoding="utf-8")
 WORKED_NOTEBOOK = notebook_text(CH01, SOLUTION, COURSE_ROOT, "solutions")
@@ -90,7 +90,7 @@ def test_a_name_holding_chNN_counts_when_the_exercise_name_is_absent(tmp_path):
 def test_folders_are_looked_through_to_the_depth_limit_and_no_further(tmp_path):
     assert MAX_FOLDER_DEPTH == 3
     write(tmp_path / "alice" / "hw1" / "exercises" / PY, SOLUTION)  # three folders down
-    write(tmp_path / "a" / "b" / "c" / "d" / f"{CH02.module}.py", SOLUTION)  # four: too deep
+    write(tmp_path / "a" / "b" / "c" / "d" / CH02.file_name, SOLUTION)  # four: too deep
     assert find_chapters(tmp_path).chosen == {"ch01": tmp_path / "alice" / "hw1" / "exercises" / PY}
 
 
@@ -98,7 +98,7 @@ def test_hidden_folders_caches_and_links_are_never_graded(tmp_path):
     # Jupyter's checkpoint copy holds chNN in its name, and is newer than nothing.
     write(tmp_path / ".ipynb_checkpoints" / f"{CH01.module}-checkpoint.ipynb", WORKED_NOTEBOOK)
     write(tmp_path / "__MACOSX" / NB, "metadata")
-    (tmp_path / f"{CH02.module}.py").symlink_to(COURSE_ROOT / "solutions" / f"{CH02.module}.py")
+    (tmp_path / CH02.file_name).symlink_to(CH02.solution())
     found = find_chapters(tmp_path)
     assert found.chosen == {}
     assert found.ignored == [f"{CH02.module}.py: a link, not a file to grade"]

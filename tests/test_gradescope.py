@@ -30,8 +30,8 @@ TOTAL = sum(chapter.points for chapter in CHAPTERS)
 EXERCISES = [f"{chapter.id} {exercise.name}" for chapter in CHAPTERS for exercise in chapter.exercises]
 OPTIONAL = {f"{chapter.id} {exercise.name}" for chapter in CHAPTERS for exercise in chapter.exercises
             if exercise.optional}
-SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
-STUB = (COURSE_ROOT / "exercises" / f"{CH01.module}.py").read_text(encoding="utf-8")
+SOLUTION = CH01.solution().read_text(encoding="utf-8")
+STUB = CH01.stub().read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_bundle_is_the_same_byte_for_byte(bundle, tmp_path):
 
 
 def test_reference_solutions_get_full_marks(autograder):
-    files = {f"{c.module}.py": (COURSE_ROOT / "solutions" / f"{c.module}.py").read_text() for c in CHAPTERS}
+    files = {c.file_name: c.solution().read_text() for c in CHAPTERS}
     results, done = autograder(files)
     assert results["score"] == results["max_score"] == TOTAL
     assert list(scores(results)) == EXERCISES
@@ -145,7 +145,7 @@ def test_reference_solutions_get_full_marks(autograder):
 
 
 def test_untouched_stubs_score_zero(autograder):
-    files = {f"{c.module}.py": (COURSE_ROOT / "exercises" / f"{c.module}.py").read_text() for c in CHAPTERS}
+    files = {c.file_name: c.stub().read_text() for c in CHAPTERS}
     results, _ = autograder(files)
     assert results["score"] == 0 and results["max_score"] == TOTAL
     assert list(scores(results)) == EXERCISES
@@ -203,7 +203,7 @@ if _os.fork() == 0:  # a process that outlives its worker and keeps writing
     finally:
         _os._exit(0)
 '''
-    results, _ = autograder({f"{CH01.module}.py": forger})
+    results, _ = autograder({CH01.file_name: forger})
     # Its statements ran (under the sandbox); its exercises are refused for the os import.
     assert results["score"] == 0
     assert all("uses os" in test["output"] for test in results["tests"] if test["name"].startswith("ch01"))
@@ -225,7 +225,7 @@ def test_as_root_student_code_runs_as_an_unprivileged_account(bundle, tmp_path):
         pytest.skip("nobody cannot read this Python's files (installed in a private home folder?)")
     root = gradescope_root(bundle, tmp_path / "autograder")
     # softmax is right only when it does not run as root.
-    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION + '''
+    (root / "submission" / CH01.file_name).write_text(SOLUTION + '''
 _softmax = softmax
 def softmax(x, dim=-1):
     with open("/proc/self/status") as status:
@@ -242,19 +242,19 @@ def softmax(x, dim=-1):
 
 def test_an_empty_submission_gets_zero_and_says_what_was_expected(autograder):
     # A link to the reference solution is not the student's work.
-    link = autograder.root / "submission" / f"{CH01.module}.py"
-    link.symlink_to(autograder.root / "source" / "solutions" / f"{CH01.module}.py")
+    link = autograder.root / "submission" / CH01.file_name
+    link.symlink_to(autograder.root / "source" / "solutions" / CH01.file_name)
     results, _ = autograder({"README.md": "I forgot my files"})
     assert results["score"] == 0 and results["max_score"] == TOTAL
     assert list(scores(results)) == EXERCISES and all(s == 0 for s, _ in scores(results).values())
     assert "No exercise file was found in the submission" in results["output"]
-    assert f"{CH01.module}.py" in results["output"] and ".ipynb" in results["output"]
+    assert CH01.file_name in results["output"] and ".ipynb" in results["output"]
     assert f"Ignored {CH01.module}.py: a link, not a file to grade" in results["output"]
 
 
 def test_a_grader_that_cannot_start_still_leaves_a_results_json(bundle, tmp_path):
     root = gradescope_root(bundle, tmp_path / "autograder")
-    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    (root / "submission" / CH01.file_name).write_text(SOLUTION)
     (root / "results" / "results.json").write_text('{"score": 1000}')  # left by someone else
     done = run_autograder(root, python=str(tmp_path / "no-such-python"))
     assert done.returncode == 0
@@ -269,7 +269,7 @@ def test_without_setup_the_results_say_to_run_setup_sh(bundle, tmp_path):
     bare = tmp_path / "bare"  # a Python with nothing installed, like a fresh python3
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     root = gradescope_root(bundle, tmp_path / "autograder")
-    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    (root / "submission" / CH01.file_name).write_text(SOLUTION)
     done = run_autograder(root, python=str(bare / "bin" / "python"))
     assert done.returncode == 0
     results = results_of(root)
@@ -292,7 +292,7 @@ def test_an_assignment_of_some_chapters_with_results_after_the_due_date(tmp_path
     bundle = tmp_path / "ch02.zip"
     write_bundle(bundle, [CH02], visibility="after_due_date")
     root = gradescope_root(bundle, tmp_path / "autograder")
-    (root / "submission" / f"{CH01.module}.py").write_text(SOLUTION)
+    (root / "submission" / CH01.file_name).write_text(SOLUTION)
     assert run_autograder(root).returncode == 0
     results = results_of(root)
     assert results["score"] == 0 and results["max_score"] == CH02.points
@@ -360,7 +360,7 @@ def test_the_bundle_needs_the_reference_solutions(tmp_path):
 def test_a_workers_memory_holds_neither_the_reference_nor_the_known_bugs(autograder):
     from test_attacks import memory_reader
 
-    results, _ = autograder({f"{CH01.module}.py": memory_reader()})
+    results, _ = autograder({CH01.file_name: memory_reader()})
     softmax = next(test for test in results["tests"] if test["name"].startswith("ch01 softmax:"))
     assert "found: canary (" in softmax["output"], softmax["output"]
 
@@ -370,12 +370,12 @@ def test_the_reference_and_the_grader_are_out_of_a_submissions_reach(autograder)
     attack = SOLUTION + f'''
 
 def self_attention(x, w_q, w_k, w_v, mask=None):
-    for path in ({str(source / "solutions" / f"{CH01.module}.py")!r}, {str(source / "grader" / "bugs" / "ch01.py")!r}):
+    for path in ({str(CH01.solution(source))!r}, {str(source / "grader" / "bugs" / "ch01.py")!r}):
         with open(path) as secret:
             secret.read()
     return x
 '''
-    results, _ = autograder({f"{CH01.module}.py": attack})
+    results, _ = autograder({CH01.file_name: attack})
     for name, (score, maximum) in scores(results).items():
         if name.startswith("ch01 self_attention"):
             assert score == 0

@@ -62,7 +62,7 @@ def grade_notebook(notebook, tmp_path, chapter=CH01, seed=5):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_every_chapter_has_a_valid_notebook_with_tagged_cells(chapter):
-    notebook = read(COURSE_ROOT / "exercises" / f"{chapter.module}.ipynb")
+    notebook = read(chapter.notebook())
     nbformat.validate(notebook)
     assert notebook.metadata["mha_course"]["chapter"] == chapter.id
     exercises = [cell.metadata["mha_course"]["exercise"] for cell in notebook.cells
@@ -85,7 +85,7 @@ def figure_links(notebook) -> list[str]:
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
 def test_lesson_figures_are_linked_from_the_exercises_folder(chapter):
-    notebook = read(COURSE_ROOT / "exercises" / f"{chapter.module}.ipynb")
+    notebook = read(chapter.notebook())
     figures = figure_links(notebook)
     assert figures
     for target in figures:
@@ -101,7 +101,7 @@ def test_the_instructors_notebooks_hold_the_reference_code(solved):
 
 
 def test_graded_code_leaves_out_try_plot_and_grade_cells():
-    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    notebook = read(CH01.notebook())
     code = notebook_code(notebook).source
     for cell in notebook.cells:
         if cell.cell_type == "code" and tags(cell) & NOT_GRADED:
@@ -113,7 +113,7 @@ def test_graded_code_leaves_out_try_plot_and_grade_cells():
 
 
 def test_notebooks_and_files_get_the_same_verdict_on_every_check(solved):
-    files = [(chapter, COURSE_ROOT / "solutions" / f"{chapter.module}.py") for chapter in CHAPTERS]
+    files = [(chapter, chapter.solution()) for chapter in CHAPTERS]
     notebooks = [(chapter, solved / f"{chapter.module}.ipynb") for chapter in CHAPTERS]
 
     def verdicts(targets):
@@ -127,7 +127,7 @@ def test_notebooks_and_files_get_the_same_verdict_on_every_check(solved):
 
 
 def test_a_failing_notebook_fails_the_same_checks_as_its_file(tmp_path):
-    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    notebook = read(CH01.notebook())
     report = grade_notebook(notebook, tmp_path)
     assert set(statuses(report).values()) == {"not implemented"}
 
@@ -208,7 +208,7 @@ def test_helper_cells_outputs_and_magics(solved, tmp_path):
 def test_a_broken_cell_is_named_by_its_place_among_code_cells_and_its_first_line(tmp_path):
     """Jupyter shows no cell numbers, and the lesson's markdown cells are not code: a
     message names the code cell's place and what the student sees in it."""
-    notebook = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    notebook = read(CH01.notebook())
     index = exercise_cell(notebook, "softmax")
     helper = nbformat.v4.new_code_cell("\n# my own helper\ndef largest(x, dim:\n    return x.amax(dim)\n")
     notebook.cells.insert(index, helper)
@@ -279,7 +279,7 @@ def test_the_command_line_grades_a_notebook_and_says_a_corrupt_one_in_a_line(tmp
 def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
     from grader.finding import chapter_file
 
-    py = tmp_path / f"{CH01.module}.py"
+    py = tmp_path / CH01.file_name
     notebook = tmp_path / f"{CH01.module}.ipynb"
     py.write_text("", encoding="utf-8")
     notebook.write_text((solved / notebook.name).read_text(encoding="utf-8"), encoding="utf-8")
@@ -290,7 +290,7 @@ def test_a_chapter_target_takes_the_file_saved_last(tmp_path, solved):
 
 
 def test_a_stub_that_autosave_touched_loses_to_the_file_with_work(tmp_path):
-    py = tmp_path / f"{CH01.module}.py"
+    py = tmp_path / CH01.file_name
     notebook = tmp_path / f"{CH01.module}.ipynb"
     py.write_text((COURSE_ROOT / "solutions" / py.name).read_text(encoding="utf-8"), encoding="utf-8")
     notebook.write_text((COURSE_ROOT / "exercises" / notebook.name).read_text(encoding="utf-8"),
@@ -361,7 +361,7 @@ def test_check_returns_nothing_for_jupyter_to_show(tmp_path, capsys):
 def test_check_grades_the_saved_file_not_the_kernels_objects(solved, tmp_path):
     """A kernel that patched torch.allclose and defined a working softmax by
     hand still gets the verdict of the saved notebook, a stub."""
-    stub = read(COURSE_ROOT / "exercises" / f"{CH01.module}.ipynb")
+    stub = read(CH01.notebook())
     path = tmp_path / f"{CH01.module}.ipynb"
     nbformat.write(stub, path)
     live = copy.deepcopy(stub)

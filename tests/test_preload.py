@@ -43,7 +43,7 @@ def remote(tmp_path):
                                           preload=(PRELOADED,) if exercise.name == "softmax" else ())
                       for exercise in ch01.exercises)
     chapter = dataclasses.replace(ch01, exercises=exercises)
-    path = tmp_path / f"{chapter.module}.py"
+    path = tmp_path / chapter.file_name
     path.write_text(SEES_WHAT_IS_IMPORTED)
     submission = load_submission(path, chapter.module)
     server = fork_server({chapter.id: submission})

@@ -66,9 +66,9 @@ def _bug_folder(folder: Path) -> Path:
     """One file a chapter, each the solution with that chapter's bug of ``BUGS``."""
     folder.mkdir()
     for chapter in CHAPTERS:
-        source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        source = chapter.solution().read_text(encoding="utf-8")
         (bug,) = [bug for bug in KNOWN_BUGS[chapter.id] if (bug.exercise, bug.name) == BUGS[chapter.id]]
-        (folder / f"{chapter.module}.py").write_text(apply_bug(source, bug), encoding="utf-8")
+        (folder / chapter.file_name).write_text(apply_bug(source, bug), encoding="utf-8")
     return folder
 
 
@@ -80,8 +80,8 @@ def test_edition_holds_no_solution_code(edition):
     assert not (edition / "tests").exists()
     assert revealing_passages(edition) == []
     for chapter in CHAPTERS:
-        assert (edition / "exercises" / f"{chapter.module}.py").is_file()
-        assert (edition / "exercises" / f"{chapter.module}.ipynb").is_file()
+        assert chapter.stub(edition).is_file()
+        assert chapter.notebook(edition).is_file()
         assert (edition / "grader" / "recorded" / f"{chapter.id}.rec").is_file()
         assert (edition / "chapters" / chapter.folder / "README.md").is_file()
 
@@ -162,7 +162,7 @@ def _answer_cases() -> list:
 
     cases = []
     for chapter in CHAPTERS:
-        reference = load(COURSE_ROOT / "solutions" / f"{chapter.module}.py", f"reference_{chapter.module}")
+        reference = load(chapter.solution(), f"reference_{chapter.module}")
         for seed in (0, 1):
             for name, args, kwargs in SAMPLES[chapter.id](Draw(seed)):
                 if not isinstance(getattr(reference, name), type):
@@ -207,9 +207,9 @@ def test_no_function_in_the_edition_checks_answers_an_exercise(edition, tmp_path
         chapter = find_chapter(chapter_id)
         function = name.split(":")[1].split("@")[0]
         pasted = text.replace(f"def {function}(", f"def {exercise}(", 1)
-        path = tmp_path / "pasted" / f"{chapter.module}.py"
+        path = tmp_path / "pasted" / chapter.file_name
         path.parent.mkdir(exist_ok=True)
-        source = (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(encoding="utf-8")
+        source = chapter.solution().read_text(encoding="utf-8")
         path.write_text(replace_function(source, exercise, pasted), encoding="utf-8")
         ran = _edition_grade(edition, "grade", str(path), "--json", "--seed", str(SEED))
         (test,) = [test for test in json.loads(ran.stdout)["tests"] if test["name"].startswith(f"{chapter_id} {exercise}:")]
@@ -233,7 +233,7 @@ def test_edition_grades_reference_and_bugs_as_the_instructor_tree(edition, tmp_p
     ran = _edition_grade(edition, "grade", "--dir", str(bugs), "--seed", str(SEED), "--json")
     assert ran.returncode == 1, ran.stderr
     in_edition = json.loads(ran.stdout)
-    mine = results_json(grade([(c, bugs / f"{c.module}.py") for c in CHAPTERS], seed=SEED))
+    mine = results_json(grade([(c, bugs / c.file_name) for c in CHAPTERS], seed=SEED))
     # Each exercise: status, score, every failed check with its message and hint.
     assert in_edition["tests"] == mine["tests"]
     assert in_edition["score"] == mine["score"] < mine["max_score"]
@@ -243,8 +243,8 @@ def test_edition_grades_reference_and_bugs_as_the_instructor_tree(edition, tmp_p
     solutions = tmp_path / "solutions"
     solutions.mkdir()
     for chapter in CHAPTERS:
-        (solutions / f"{chapter.module}.py").write_bytes(
-            (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_bytes())
+        (solutions / chapter.file_name).write_bytes(
+            chapter.solution().read_bytes())
     ran = _edition_grade(edition, "grade", "--dir", str(solutions))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     total = sum(chapter.points for chapter in CHAPTERS)

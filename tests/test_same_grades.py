@@ -41,12 +41,12 @@ def _verdicts(report: GradeReport) -> dict:
 def grades() -> dict:
     """The solutions' and the stubs' grades (the stubs as the build writes
     them: exercises/ may hold someone's work)."""
-    solutions = grade([(c, COURSE_ROOT / "solutions" / f"{c.module}.py") for c in CHAPTERS], seed=SEED)
+    solutions = grade([(c, c.solution()) for c in CHAPTERS], seed=SEED)
     files = generated_files(COURSE_ROOT)
     with tempfile.TemporaryDirectory() as folder:
         stubs = []
         for chapter in CHAPTERS:
-            path = Path(folder) / f"{chapter.module}.py"
+            path = Path(folder) / chapter.file_name
             path.write_text(files[COURSE_ROOT / "exercises" / path.name], encoding="utf-8")
             stubs.append((chapter, path))
         stubbed = grade(stubs, seed=SEED)

@@ -60,7 +60,7 @@ def _write_course(folder, bugs: dict[str, int]):
             source = apply_bug(source, KNOWN_BUGS[chapter.id][bugs[chapter.id]])
         if chapter.id == "ch02":  # a note about the file, which must come back too
             source += "\nprint(undefined_name)\n"
-        path = folder / f"{chapter.module}.py"
+        path = folder / chapter.file_name
         path.write_text(source, encoding="utf-8")
         targets.append((chapter, path))
     return targets
@@ -82,6 +82,6 @@ def test_side_by_side_grades_like_one_process(tmp_path):
 
 def test_a_single_chapter_is_graded_here(tmp_path):
     chapter = find_chapter("ch04")
-    path = tmp_path / f"{chapter.module}.py"
+    path = tmp_path / chapter.file_name
     path.write_text(solution_source(chapter), encoding="utf-8")
     assert grade([(chapter, path)], limits=FAST, seed=1, jobs=4).passed

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from grader.catalog import ATTENTION_CALLS, CHAPTERS, COURSE_ROOT, MULTI_HEAD_CALLS, SOFTMAX_CALLS
+from grader.catalog import ATTENTION_CALLS, CHAPTERS, MULTI_HEAD_CALLS, SOFTMAX_CALLS
 from grader.notebooks import read_notebook
 from grader.static_scan import forbidden_calls, refusal_message
 
@@ -303,11 +303,11 @@ def test_a_name_computed_at_run_time_on_a_tensor_is_left_to_the_worker():
 
 def course_sources():
     for chapter in CHAPTERS:
-        yield pytest.param(chapter, (COURSE_ROOT / "solutions" / f"{chapter.module}.py").read_text(),
+        yield pytest.param(chapter, chapter.solution().read_text(),
                            id=f"{chapter.id}-solution")
-        yield pytest.param(chapter, (COURSE_ROOT / "exercises" / f"{chapter.module}.py").read_text(),
+        yield pytest.param(chapter, chapter.stub().read_text(),
                            id=f"{chapter.id}-stub")
-        yield pytest.param(chapter, read_notebook(COURSE_ROOT / "exercises" / f"{chapter.module}.ipynb").source,
+        yield pytest.param(chapter, read_notebook(chapter.notebook()).source,
                            id=f"{chapter.id}-notebook")
 
 

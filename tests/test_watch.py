@@ -17,7 +17,7 @@ from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.watching import next_save, signature, watch
 
 CH01 = find_chapter("ch01")
-SOLUTION = (COURSE_ROOT / "solutions" / f"{CH01.module}.py").read_text(encoding="utf-8")
+SOLUTION = CH01.solution().read_text(encoding="utf-8")
 NO_SCALE = next(bug for bug in KNOWN_BUGS["ch01"] if bug.name == "no-scale")
 
 
@@ -77,8 +77,8 @@ def _save(path, text: str) -> None:
 
 
 def test_a_save_of_a_wrong_then_a_right_version_gives_two_new_reports(tmp_path, watcher):
-    shutil.copy(COURSE_ROOT / "exercises" / f"{CH01.module}.py", tmp_path)
-    target = tmp_path / f"{CH01.module}.py"
+    shutil.copy(CH01.stub(), tmp_path)
+    target = tmp_path / CH01.file_name
     running = watcher("ch01", "--dir", ".", "--seed", "3")
     first = running.report()
     assert "not implemented yet" in first and "Total: 0 / 11 points" in first
@@ -107,7 +107,7 @@ def test_a_save_of_a_wrong_then_a_right_version_gives_two_new_reports(tmp_path, 
 
 
 def test_a_file_that_breaks_is_reported_and_watching_goes_on(tmp_path, watcher):
-    target = tmp_path / f"{CH01.module}.py"
+    target = tmp_path / CH01.file_name
     target.write_text(SOLUTION, encoding="utf-8")
     running = watcher(str(target.name), "--seed", "3")
     assert "Total: 11 / 11 points" in running.report()
