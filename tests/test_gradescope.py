@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
-from grader.gradescope import write_bundle
+from grader.gradescope import SCRIPTS, TEMPLATES, write_bundle
 from grader.notebooks import notebook_text
 
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
@@ -286,6 +286,20 @@ def test_the_runner_script_says_how_to_run_it_outside_gradescope(bundle):
         runner = archive.read("run_autograder").decode()
     header = runner.split("set -u")[0]
     assert "run setup.sh first" in header and "MHA_COURSE_PYTHON" in header
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_scripts_are_bash_that_parses_with_every_placeholder_filled(bundle, name):
+    """``bash -n`` on the template as it is in grader/templates/ and on the
+    script in the bundle; the bundle's keeps no @PLACEHOLDER@ unfilled."""
+    with zipfile.ZipFile(bundle) as archive:
+        script = archive.read(name).decode()
+    assert not re.search(r"@[A-Z_]+@", script)
+    for text in ((TEMPLATES / name).read_text(encoding="utf-8"), script):
+        parsed = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30)
+        assert parsed.returncode == 0, parsed.stderr
+    broken = subprocess.run(["bash", "-n"], input=script + "\nif then\n", capture_output=True, text=True)
+    assert broken.returncode != 0  # bash -n does judge
 
 
 def test_an_assignment_of_some_chapters_with_results_after_the_due_date(tmp_path):
