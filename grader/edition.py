@@ -15,11 +15,9 @@ generated lands in the instructor's tree.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import re
 import secrets
 import shutil
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,13 +87,9 @@ def _record(seeds: list[int], jobs: int, root: Path) -> dict[str, recorded.Recor
     if jobs <= 1 or len(seeds) == 1:
         results = map(_record_seed, seeds, [root] * len(seeds))
         return _merge(merged, results)
-    import torch
+    from grader.shards import forked_pool
 
-    # As in verify: forked workers inherit torch, but must compute on one
-    # thread (OpenMP in a forked process hangs otherwise).
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(seeds)), mp_context=context,
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    with forked_pool(min(jobs, len(seeds))) as pool:
         return _merge(merged, pool.map(_record_seed, seeds, [root] * len(seeds)))
 
 

@@ -3,7 +3,7 @@
 Grading is a chain: a check asks a worker, waits, compares, asks again. One
 chain keeps about one core busy, so a whole-course grade on two cores runs
 two chains: this process and a forked copy of it (torch and pytest are
-imported already, so the copy costs milliseconds). Each takes the next
+imported already, so the copy is cheap). Each takes the next
 chapter from a shared queue when it is done with one, so a heavy chapter
 does not leave a core idle. Only trusted grader code runs in the copies;
 student code still runs in workers. What a copy found comes back pickled
@@ -13,11 +13,13 @@ through a pipe: from our own process, never from a worker.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import pickle
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
@@ -37,9 +39,8 @@ def one_thread() -> Iterator[None]:
     """Compute on one thread inside the block (grading, here and in workers).
 
     The checks' tensors are small: on several threads, torch's many small
-    operations spend their time waiting on each other (measured on two
-    cores: 16 ms instead of 0.1 ms for one attention over a sliced head, and
-    a whole-course grade 9.7 s instead of 2.3 s under load). One thread also
+    operations spend their time waiting on each other, many times slower
+    than on one, the more so on a loaded machine. One thread also
     makes a recorded student edition's arithmetic the same on every machine,
     and a process forked while OpenMP's threads exist may hang in them.
     """
@@ -51,10 +52,18 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def forked_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` processes forked from this one, for the grader's
+    own work side by side (verify's known bugs, a release's seeds): each
+    inherits torch, already imported, and computes on one thread, since a
+    process forked while OpenMP's threads exist may hang in them."""
+    return ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("fork"),
+                               initializer=torch.set_num_threads, initargs=(1,))
+
+
 def default_processes() -> int:
     """How many processes grade side by side: one more than the cores this
-    process may use, since each spends part of its time waiting on a worker
-    (on two cores, three take 0.83 s for the course, two 0.95 s)."""
+    process may use, since each spends part of its time waiting on a worker."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores + 1 if cores > 1 else 1
 

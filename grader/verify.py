@@ -9,20 +9,18 @@ only, in processes forked from this one (torch is already imported there).
 
 from __future__ import annotations
 
-import multiprocessing
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from grader.build import edited_files, generated_files, stale_files
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
 from grader.grading import GraderError, grade, preload
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.recorded import is_edition
+from grader.shards import forked_pool
 
 MIN_BUGS = 4  # known bugs an exercise's catalog must hold
 
@@ -98,11 +96,7 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
         audit.stub_passes = [check.check for check in result.checks if check.outcome == "passed"]
     tasks = [(chapter.id, index) for chapter in CHAPTERS for index in range(len(KNOWN_BUGS[chapter.id]))]
     preload(CHAPTERS)  # once here, not once for each known bug
-    # Forked workers inherit torch, already imported, but not OpenMP's threads:
-    # a forked process that computes on more than one thread hangs in libgomp.
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context,
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    with forked_pool(jobs) as pool:
         for done, (chapter_id, index, failed) in enumerate(
                 pool.map(_grade_bug, tasks, [seed] * len(tasks)), start=1):
             bug = KNOWN_BUGS[chapter_id][index]
