@@ -53,7 +53,7 @@ def case_ids(cases) -> list[str]:
 
 def broadcast_shape(*shapes) -> torch.Size:
     """``torch.broadcast_shapes(*shapes)``, which imports torch._refs and
-    sympy on its first call: a second of a whole-course grade. Raises
+    sympy on its first call, a costly import a grade does without. Raises
     RuntimeError for shapes that do not broadcast."""
     scalar = torch.zeros(())
     return torch.broadcast_tensors(*(scalar.expand(shape) for shape in shapes))[0].shape
@@ -131,6 +131,15 @@ def reference_module_call(reference, name: str, recipe: ModuleCall, *args, **kwa
     if not isinstance(reference, types.ModuleType):  # recorded (grader.recorded): the edition
         return reference.module_call(name, recipe, args, kwargs)
     return run_module_call(reference, name, recipe, args, kwargs)
+
+
+def expect_module_matches_reference(submission, reference, bugs, name: str, recipe: ModuleCall, *args) -> None:
+    """Build and call the submission's class ``name`` as ``recipe`` says,
+    and expect the reference's answer to the same call; a wrong answer is
+    compared with the known bugs of ``name``."""
+    got, call = run_module(submission, name, recipe, *args)
+    expect_close(got, reference_module_call(reference, name, recipe, *args), call,
+                 bugs=bugs.module(name, recipe, *args))
 
 
 def run_with_gradients(submission, name: str, args: list, kwargs: dict, wrt: list[int],

@@ -206,7 +206,7 @@ def test_convert_mask_block_drives_multihead_attention(submission, inputs):
     expect_like(got, key_is_real, call)
     # Your mask reaches the module as the (N * H, L, S) attn_mask the module
     # would make of a key_padding_mask itself: a key_padding_mask's shape
-    # check imports sympy, half a second of a whole-course grade.
+    # check imports sympy, a costly import a grade does without.
     per_head = got[:, None, None, :].expand(3, attention.num_heads, 4, 6).flatten(0, 1)  # (N * H, L, S)
     with torch.no_grad():
         output, _ = attention(query, context, context, attn_mask=per_head)

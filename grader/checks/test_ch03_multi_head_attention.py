@@ -25,6 +25,7 @@ from grader.checks import (
     exercise,
     expect_attention,
     expect_gradients,
+    expect_module_matches_reference,
     expect_raises,
     Oracles,
     portability_check,
@@ -320,9 +321,7 @@ def test_module_matches_reference(submission, reference, bugs, inputs, case):
     _, shape, width, heads = case
     x = inputs.randn(*shape)
     recipe = _recipe(_module_state(inputs, width), width, heads)
-    got, call = run_module(submission, "MultiHeadAttention", recipe, x)
-    expect_close(got, reference_module_call(reference, "MultiHeadAttention", recipe, x), call,
-                 bugs=bugs.module("MultiHeadAttention", recipe, x))
+    expect_module_matches_reference(submission, reference, bugs, "MultiHeadAttention", recipe, x)
 
 
 @exercise("MultiHeadAttention")

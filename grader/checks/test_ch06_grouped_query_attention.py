@@ -22,6 +22,7 @@ from grader.checks import (
     exercise,
     expect_attention,
     expect_gradients,
+    expect_module_matches_reference,
     expect_raises,
     Oracles,
     portability_check,
@@ -328,9 +329,7 @@ def _module_inputs(inputs, case):
 def test_module_matches_reference(submission, reference, bugs, inputs, case):
     """matches the reference"""
     x, _, recipe, _, _ = _module_inputs(inputs, case)
-    got, call = run_module(submission, "GroupedQueryAttention", recipe, x)
-    expect_close(got, reference_module_call(reference, "GroupedQueryAttention", recipe, x), call,
-                 bugs=bugs.module("GroupedQueryAttention", recipe, x))
+    expect_module_matches_reference(submission, reference, bugs, "GroupedQueryAttention", recipe, x)
 
 
 @exercise("GroupedQueryAttention")

@@ -26,7 +26,7 @@ complex numbers); with a cache, the new tokens must be rotated from
 ``T_past`` and the cache must hold the rotated keys.
 
 ``train`` runs in the worker: 200 AdamW steps of the default small model on
-the chapter's ``text.txt`` (about a second on one CPU thread). The loss
+the chapter's ``text.txt``, the longest check of the course. The loss
 must fall from about ln(V) to below ``LEARNED``, and must not fall below
 ``SEES_THE_ANSWER``, which only a model that can see the token it predicts
 reaches (no causal mask, or targets not shifted by one). The model ``train``
@@ -46,10 +46,10 @@ from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import (
     case_ids,
     exercise,
+    expect_module_matches_reference,
     Oracles,
     portability_check,
     portable,
-    reference_module_call,
     run,
     run_module,
 )
@@ -77,7 +77,7 @@ TRAIN_CONTEXT, TRAIN_D_MODEL, TRAIN_HEADS = 32, 32, 2  # train's defaults, with 
 LEARNED = 2.3  # the reference ends near 1.8 for every seed
 SEES_THE_ANSWER = 0.8  # a model that sees its target ends below 0.1
 # train's failures are judged from its losses, not by running the known bugs (each would
-# train for a second): every way the losses can be wrong names the bug it looks like.
+# train a model): every way the losses can be wrong names the bug it looks like.
 HINTS = {bug.name: bug.hint for bug in BUGS if bug.exercise == "train"}
 
 
@@ -168,9 +168,7 @@ def _block_inputs(inputs, case):
 def test_block_matches_reference(submission, reference, bugs, inputs, case):
     """matches the reference loaded with the same weights"""
     x, _, recipe, _ = _block_inputs(inputs, case)
-    got, call = run_module(submission, "TransformerBlock", recipe, x)
-    expect_close(got, reference_module_call(reference, "TransformerBlock", recipe, x), call,
-                 bugs=bugs.module("TransformerBlock", recipe, x))
+    expect_module_matches_reference(submission, reference, bugs, "TransformerBlock", recipe, x)
 
 
 @exercise("TransformerBlock")
@@ -284,9 +282,7 @@ def _model_inputs(inputs, case):
 def test_model_matches_reference(submission, reference, bugs, inputs, case):
     """gives the reference's logits (B, T, V) with the same weights"""
     tokens, _, recipe, _, _ = _model_inputs(inputs, case)
-    got, call = run_module(submission, "TinyLM", recipe, tokens)
-    expect_close(got, reference_module_call(reference, "TinyLM", recipe, tokens), call,
-                 bugs=bugs.module("TinyLM", recipe, tokens))
+    expect_module_matches_reference(submission, reference, bugs, "TinyLM", recipe, tokens)
 
 
 @exercise("TinyLM")
@@ -632,9 +628,7 @@ def test_rope_block_matches_reference(submission, reference, bugs, inputs, case)
     _, batch, length, d_model, num_heads, theta = case
     x = inputs.randn(batch, length, d_model)
     recipe = _rope_recipe(_block_state(inputs, d_model), d_model, num_heads, theta)
-    got, call = run_module(submission, "RoPETransformerBlock", recipe, x)
-    expect_close(got, reference_module_call(reference, "RoPETransformerBlock", recipe, x), call,
-                 bugs=bugs.module("RoPETransformerBlock", recipe, x))
+    expect_module_matches_reference(submission, reference, bugs, "RoPETransformerBlock", recipe, x)
 
 
 @exercise("RoPETransformerBlock")
