@@ -544,8 +544,8 @@ def run() -> NoReturn:
     """The ``mha-course`` program: ``main``, then a quick exit.
 
     Everything is written and closed by then; what a normal exit would add
-    is the teardown of torch's and pytest's modules, half a second that
-    nobody waits for gladly. Exit handlers still run.
+    is the teardown of torch's and pytest's modules, which nobody waits
+    for gladly. Exit handlers still run.
     """
     try:
         main()

@@ -6,7 +6,7 @@ its working set (pytest, the checks, the reference) once per fork, about
 80,000 page faults for a whole course. A grading process forks one fork
 server before it runs its first checks, which then sits idle but for its
 forks: forking from it leaves the grader's memory alone, and the reaping of
-killed workers (milliseconds each) happens there too.
+killed workers happens there too.
 
 The server inherits the parsed submissions, so a request names one by key.
 It never runs student code itself: only its children do (``grader.worker``).

@@ -68,7 +68,7 @@ class ForbiddenKernels(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Else torch wraps the hook for torch.compile, whose first call imports
-        # torch._dynamo: a second in every worker, for code nobody compiles.
+        # torch._dynamo, a costly import in every worker, for code nobody compiles.
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -102,7 +102,7 @@ def seen_first(bugs: Iterable[Item], hint_of: Callable[[Item], str], seen: Seque
     """``bugs`` with those whose hint an earlier check of the run matched
     first, each group in its own order. A student's slip shows in check after
     check: trying the bug already found first saves running every other one
-    (half a second for a buggy submission). The first match, and so the
+    in each of those checks. The first match, and so the
     hint, is what the plain order gives whenever only one bug matches."""
     return sorted(bugs, key=lambda bug: hint_of(bug) not in seen)
 

@@ -2,7 +2,7 @@
 
 A ``Worker`` is a process forked by the fork server (``grader.forkserver``),
 a copy of the grader that has already imported torch, so starting one costs
-milliseconds instead of a second torch import. What runs in it is
+a fork rather than a torch import. What runs in it is
 ``grader.worker``: it confines itself (``grader.isolation``), runs the
 submission's statements and answers calls. Whatever the student's code does
 there (loop forever, exit, crash, print a flood, patch torch), the grader

@@ -272,7 +272,7 @@ def _gradients(result: object, args: list, grad: dict) -> dict:
         return {"ok": False, "message": "the output does not depend on the inputs through autograd"}
     inputs = [args[index] for index in grad["wrt"]]
     # <output, grad_output> as a scalar gives the same gradients as passing
-    # grad_outputs, and skips a lazy torch import that costs a second.
+    # grad_outputs, and skips a costly lazy import of torch's.
     scalar = (output * grad["grad_output"].to(output.device)).sum()
     grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
     return {"ok": True, "values": [wire.encode(g) for g in grads]}

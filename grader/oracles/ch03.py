@@ -141,6 +141,6 @@ def torch_multihead_forward(state, query, key, value, num_heads, batch_first, ke
 def parameter_count(d_model, num_heads, bias=True):
     """The number of parameters of ``nn.MultiheadAttention(d_model, num_heads,
     bias=bias)``, built on the meta device: shapes without memory, for a
-    model too wide to build too (on torch 2.5 that imports sympy, half a second)."""
+    model too wide to build too (on torch 2.5 that imports sympy, a costly import)."""
     module = nn.MultiheadAttention(d_model, num_heads, bias=bias, device="meta")
     return sum(parameter.numel() for parameter in module.parameters())

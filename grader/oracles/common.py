@@ -38,7 +38,7 @@ def multihead_attention(module: torch.nn.MultiheadAttention, query, key, value,
     The padding mask reaches the module as the ``(N * H, L, S)`` attn_mask
     that the module would turn it into itself, because the module checks a
     key_padding_mask's shape with ``torch._check_with``, whose first call
-    imports sympy: half a second of a whole-course grade. Shapes: query
+    imports sympy, a costly import a grade does without. Shapes: query
     ``(N, L, E)`` when ``module.batch_first``, else ``(L, N, E)``;
     key_padding_mask ``(N, S)``, bool (True = ignore) or additive.
     """
