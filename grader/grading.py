@@ -20,7 +20,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,22 +115,63 @@ def grade(
             caller already grades several submissions side by side.
     """
     started = time.perf_counter()
-    _freeze_what_lives_on()
-    if recorded.MODE is not None:  # the student edition grades with recorded seeds only
+    run = _Run(_limits_on(device, limits), device, _seed(seed), only)
+    with _tuned_for_grading():
+        parsed = _parse(targets)
+        found = _check_chapters([chapter for chapter, _ in targets], parsed, run, jobs)
+    results = [result for chapter_results, _ in found for result in chapter_results]
+    notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
+    exercises = [verdict for chapter, _ in targets for verdict in _sum_up(chapter, results, only)]
+    return GradeReport(exercises, notes, time.perf_counter() - started, run.seed, str(device))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every chapter of one grading run is checked with."""
+
+    limits: Limits
+    device: torch.device
+    seed: int
+    only: set[str] | None
+
+
+# -- the steps of a grade, in order -------------------------------------------------
+
+
+def _seed(seed: int | None) -> int:
+    """The seed of the run's inputs: the one asked for, else a fresh one.
+    The student edition grades with recorded seeds only."""
+    if recorded.MODE is not None:
         try:
             seed = recorded.MODE.seed(seed)
         except ValueError as error:
             raise UnrecordedSeed(str(error)) from None
-    seed = secrets.randbelow(2**31) if seed is None else seed
-    if device.type == "cuda":  # CUDA reserves far more address space than it uses
-        limits = dataclasses.replace(limits, memory_bytes=0)
+    return secrets.randbelow(2**31) if seed is None else seed
+
+
+def _limits_on(device: torch.device, limits: Limits) -> Limits:
+    """The limits as they apply on ``device``: CUDA reserves far more address
+    space than it uses, so there the memory limit is off."""
+    return dataclasses.replace(limits, memory_bytes=0) if device.type == "cuda" else limits
+
+
+def _parse(targets: list[tuple[Chapter, Path]]) -> dict[str, Submission | SubmissionError]:
+    """Each chapter's file, parsed but not run (``grader.loading``), or why it
+    could not be: by chapter id."""
     parsed: dict[str, Submission | SubmissionError] = {}
     for chapter, path in targets:
         try:
             parsed[chapter.id] = load_submission(path, chapter.module)
         except SubmissionError as error:
             parsed[chapter.id] = error
-    run = _Run(limits, device, seed, only)
+    return parsed
+
+
+def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | SubmissionError], run: _Run,
+                    jobs: int) -> list[tuple[list[CheckResult], dict[str, list[str]]]]:
+    """Run every chapter's checks, ``jobs`` processes side by side, and stop
+    whatever they started before returning: each chapter's check results and
+    notes on its file."""
     runnable = {key: value for key, value in parsed.items() if isinstance(value, Submission)}
 
     def server() -> contextlib.closing[ForkServer]:
@@ -143,31 +184,44 @@ def grade(
 
     # Heaviest first, so that no process is left with a long chapter at the
     # end. Recording a student edition keeps what it records in this process.
-    chapters = sorted((chapter for chapter, _ in targets), key=_grading_cost, reverse=True)
+    chapters = sorted(chapters, key=_grading_cost, reverse=True)
     recording = isinstance(recorded.MODE, recorded.Recorder)
     # Whatever the grade starts is stopped before its report exists: the
     # processes that were here before it are not its own.
     reaping.adopt_orphans()
     before = reaping.descendants()
     try:
-        with one_thread():
-            found = run_side_by_side(chapters, check, 1 if recording else jobs, server)
+        return run_side_by_side(chapters, check, 1 if recording else jobs, server)
     except ShardFailed as error:
         raise GraderError(str(error)) from None
     finally:
         reaping.stop_descendants(spare=before)
-    results = [result for chapter_results, _ in found for result in chapter_results]
-    notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
-    exercises = []
-    for chapter, _ in targets:
-        verdicts: dict[str, ExerciseResult] = {}
-        for exercise in chapter.exercises:
-            if only is not None and exercise.name not in only:
-                continue
-            checks = [r for r in results if r.chapter == chapter.id and r.exercise == exercise.name]
-            verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
-        exercises.extend(verdicts.values())
-    return GradeReport(exercises, notes, time.perf_counter() - started, seed, str(device))
+
+
+def _sum_up(chapter: Chapter, results: list[CheckResult], only: set[str] | None) -> list[ExerciseResult]:
+    """The verdict on each of the chapter's exercises that was checked, in
+    catalog order (an exercise's note may name an earlier one that fails)."""
+    verdicts: dict[str, ExerciseResult] = {}
+    for exercise in chapter.exercises:
+        if only is not None and exercise.name not in only:
+            continue
+        checks = [r for r in results if r.chapter == chapter.id and r.exercise == exercise.name]
+        verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
+    return list(verdicts.values())
+
+
+# -- process-wide settings --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tuned_for_grading() -> Iterator[None]:
+    """What a grade sets for the whole process, in one place: torch computes
+    on one thread (``shards.one_thread`` says why), and the objects alive
+    before the first grade are frozen out of the garbage collector's reach
+    (``_freeze_what_lives_on``)."""
+    _freeze_what_lives_on()
+    with one_thread():
+        yield
 
 
 _frozen = False  # a process forked after the freeze inherits both
@@ -188,16 +242,6 @@ def _freeze_what_lives_on() -> None:
         _frozen = True
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What every chapter of one grading run is checked with."""
-
-    limits: Limits
-    device: torch.device
-    seed: int
-    only: set[str] | None
-
-
 def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
                    server: ForkServer) -> tuple[list[CheckResult], dict[str, list[str]]]:
     """Run one chapter's checks, with workers from ``server``: every check's
@@ -205,9 +249,9 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     under the chapter's id."""
     preloaded = _preloaded_copy(chapter, parsed, run, server)
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server, preloaded)
-    plugin = GradingPlugin({chapter.id: remote}, run.seed, run.only)
+    plugin = GradingPlugin(remote, run.seed, run.only)
     try:
-        _run_checks([chapter], plugin)
+        _run_checks(chapter, plugin)
     finally:
         remote.close()
         if preloaded is not None:
@@ -258,11 +302,10 @@ def _grading_cost(chapter: Chapter) -> int:
     return checks + chapter.extra_cost
 
 
-def _run_checks(chapters: list[Chapter], plugin: GradingPlugin) -> None:
-    """One pytest session over the chapters' check files, silent on stdout."""
-    files = [str(chapter.checks) for chapter in chapters]
+def _run_checks(chapter: Chapter, plugin: GradingPlugin) -> None:
+    """One pytest session over the chapter's check file, silent on stdout."""
     arguments = [
-        *files,
+        str(chapter.checks),
         "-c", str(CHECKS_DIR / "pytest.ini"),  # never a config file of the submission's
         "--rootdir", str(CHECKS_DIR),
         "--noconftest",  # a conftest.py next to a submission is never loaded

@@ -13,12 +13,11 @@ import importlib.util
 import re
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from grader import recorded
-from grader.catalog import CHAPTERS, Chapter
+from grader.catalog import Chapter
 from grader.compare import CheckFailure
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
@@ -48,15 +47,6 @@ class CheckResult:
     reached: tuple[str, ...] = ()  # the exercises it builds on that the check's calls ran
 
 
-def chapter_of(path: Path) -> Chapter:
-    """``test_ch01_self_attention.py`` -> chapter 1."""
-    module = path.stem.removeprefix("test_")
-    for chapter in CHAPTERS:
-        if chapter.module == module:
-            return chapter
-    raise LookupError(f"{path.name} checks no chapter of the catalog")
-
-
 def check_title(item: pytest.Item) -> str:
     """The sentence a check's docstring gives, with its parameters."""
     doc = (getattr(item, "function", None).__doc__ or "").strip().splitlines()
@@ -66,62 +56,56 @@ def check_title(item: pytest.Item) -> str:
 
 
 class GradingPlugin:
-    """Fixtures and verdicts for one grading run.
+    """Fixtures and verdicts for the checks of one chapter.
 
     Args:
-        submissions: the remote submission of each chapter being graded, by id.
+        submission: the chapter's submission, as the checks call it.
         seed: the run's seed for random inputs.
         only: names of the exercises whose checks run; None runs them all.
     """
 
-    def __init__(self, submissions: dict[str, RemoteSubmission], seed: int,
-                 only: set[str] | None = None):
-        self.submissions = submissions
+    def __init__(self, submission: RemoteSubmission, seed: int, only: set[str] | None = None):
+        self.chapter = submission.chapter
+        self.remote = submission
         self.seed = seed
         self.only = only
         self.results: list[CheckResult] = []
-        self._references: dict[str, object] = {}
-        self._hints_seen: dict[str, list[str]] = {}  # by chapter id: what failed checks matched
+        self._reference: object | None = None
+        self._hints_seen: list[str] = []  # what the failed checks so far matched, first first
 
     # -- fixtures ------------------------------------------------------------------
 
     @pytest.fixture
     def submission(self, request: pytest.FixtureRequest) -> RemoteSubmission:
-        remote = self.submissions[chapter_of(request.path).id]
-        for other in self.submissions.values():
-            if other is not remote:
-                other.close()  # one worker at a time, whatever the chapter
-        remote.begin_check(_exercise_of(request.node))
-        return remote
+        self.remote.begin_check(_exercise_of(request.node))
+        return self.remote
 
     @pytest.fixture
     def reference(self, request: pytest.FixtureRequest):
         if recorded.MODE is not None:  # the student edition, or release recording it
-            return recorded.MODE.reference(chapter_of(request.path), request.node.nodeid,
-                                           self.reference_module)
-        return self.reference_module(chapter_of(request.path))
+            return recorded.MODE.reference(self.chapter, request.node.nodeid, self.reference_module)
+        return self.reference_module(self.chapter)
 
     @pytest.fixture
     def bugs(self, request: pytest.FixtureRequest) -> KnownBugs:
-        chapter = chapter_of(request.path)
-        seen = self._hints_seen.setdefault(chapter.id, [])
         if recorded.MODE is not None:
-            return recorded.MODE.bugs(chapter, request.node.nodeid, self.reference_module, seen)
-        return KnownBugs(chapter, seen)
+            return recorded.MODE.bugs(self.chapter, request.node.nodeid, self.reference_module,
+                                      self._hints_seen)
+        return KnownBugs(self.chapter, self._hints_seen)
 
     @pytest.fixture
     def inputs(self, request: pytest.FixtureRequest) -> Inputs:
         return Inputs(self.seed, request.node.nodeid)
 
     def reference_module(self, chapter: Chapter):
-        """The chapter's reference solution, imported once (trusted code)."""
-        if chapter.id not in self._references:
-            path = chapter.solution()
-            spec = importlib.util.spec_from_file_location(f"reference_{chapter.module}", path)
+        """The chapter's reference solution, imported once (trusted code).
+        ``chapter`` is this plugin's (``recorded`` passes it back)."""
+        if self._reference is None:
+            spec = importlib.util.spec_from_file_location(f"reference_{chapter.module}", chapter.solution())
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-            self._references[chapter.id] = module
-        return self._references[chapter.id]
+            self._reference = module
+        return self._reference
 
     # -- hooks -----------------------------------------------------------------------
 
@@ -139,13 +123,13 @@ class GradingPlugin:
             items[:] = [item for item in items if _exercise_of(item) in self.only]
             config.hook.pytest_deselected(items=dropped)
 
-        def order(item: pytest.Item) -> tuple[int, bool, int]:
-            chapter = chapter_of(item.path)
-            names = [exercise.name for exercise in chapter.exercises]
+        names = [exercise.name for exercise in self.chapter.exercises]
+
+        def order(item: pytest.Item) -> tuple[bool, int]:
             name = _exercise_of(item)
             if name not in names:
-                return CHAPTERS.index(chapter), False, len(names)
-            return CHAPTERS.index(chapter), bool(chapter.exercise(name).preload), names.index(name)
+                return False, len(names)
+            return bool(self.chapter.exercise(name).preload), names.index(name)
 
         items.sort(key=order)  # stable: within an exercise, the file's order
 
@@ -160,9 +144,8 @@ class GradingPlugin:
         result = self._result(item, call)
         if call.when == "call" or result.outcome != "passed":
             self.results.append(result)
-        seen = self._hints_seen.setdefault(result.chapter, [])
-        if result.hint and result.hint not in seen:
-            seen.append(result.hint)
+        if result.hint and result.hint not in self._hints_seen:
+            self._hints_seen.append(result.hint)
         longrepr = None
         if call.excinfo is not None:
             location = (str(item.path), (item.location[1] or 0) + 1)
@@ -174,10 +157,9 @@ class GradingPlugin:
         )
 
     def _result(self, item: pytest.Item, call: pytest.CallInfo) -> CheckResult:
-        chapter = chapter_of(item.path)
-        result = CheckResult(chapter.id, _exercise_of(item), check_title(item), "passed")
-        if call.when == "call" and chapter.id in self.submissions:
-            result.reached = tuple(sorted(self.submissions[chapter.id].reached))
+        result = CheckResult(self.chapter.id, _exercise_of(item), check_title(item), "passed")
+        if call.when == "call":
+            result.reached = tuple(sorted(self.remote.reached))
         error = call.excinfo.value if call.excinfo is not None else None
         if error is None:
             return result
