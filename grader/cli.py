@@ -337,7 +337,8 @@ def batch(
     if out.resolve() == submissions.resolve():
         usage_error(f"the out folder {out} is the submissions folder itself: choose another with --out")
 
-    from grader.batch import GradingOptions, entry_paths, print_summary, run_batch
+    from grader.batch import GradingOptions, print_summary, run_batch
+    from grader.class_folder import entry_paths
 
     try:
         if not entry_paths(submissions, out):

@@ -33,7 +33,8 @@ import grader.forkserver
 import grader.sandbox
 from conftest import SOLUTION, STUB, affected_by, replace_function, solution_source
 from grader import reaping
-from grader.batch import CSV_FILE, STATE_FILE, GradingOptions, run_batch
+from grader.batch import CSV_FILE, GradingOptions, run_batch
+from grader.batch_state import STATE_FILE
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
-from grader.batch import Unusable, extract_zip, list_entries
+from grader import batch, batch_state, class_folder
+from grader.class_folder import Unusable, extract_zip, list_entries
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.notebooks import notebook_text
@@ -340,7 +340,7 @@ def test_help_states_the_rules():
 
 def test_a_chapter_the_course_lacks_is_a_reason(tmp_path):
     with pytest.raises(Unusable, match="ch09.*does not have"):
-        batch.submission_targets(write(tmp_path / "eve_ch09.py", SOLUTION), tmp_path)
+        class_folder.submission_targets(write(tmp_path / "eve_ch09.py", SOLUTION), tmp_path)
 
 
 def test_students_are_named_by_their_entries(tmp_path):
@@ -356,16 +356,16 @@ def test_students_are_named_by_their_entries(tmp_path):
 
 def test_files_in_folders_of_the_folder_are_found(tmp_path):
     write(tmp_path / "alice" / "hw1" / "exercises" / PY, SOLUTION)
-    assert batch.chapters_of(tmp_path / "alice").chosen == {"ch01": tmp_path / "alice" / "hw1" / "exercises" / PY}
+    assert class_folder.chapters_of(tmp_path / "alice").chosen == {"ch01": tmp_path / "alice" / "hw1" / "exercises" / PY}
 
 
 def test_an_entry_hash_changes_with_its_content_only(tmp_path):
     path = write(tmp_path / "alice" / PY, SOLUTION)
-    first, _ = batch.entry_digest(tmp_path / "alice")
+    first, _ = class_folder.entry_digest(tmp_path / "alice")
     write(tmp_path / "alice" / "notes.txt", "not graded, not hashed")
-    assert batch.entry_digest(tmp_path / "alice")[0] == first
+    assert class_folder.entry_digest(tmp_path / "alice")[0] == first
     path.write_text(STUB)
-    assert batch.entry_digest(tmp_path / "alice")[0] != first
+    assert class_folder.entry_digest(tmp_path / "alice")[0] != first
 
 
 @pytest.mark.parametrize("members, links, message", [
@@ -385,19 +385,19 @@ def test_a_zip_that_would_write_outside_is_refused_whole(tmp_path, members, link
 
 
 def test_a_zip_larger_than_the_cap_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(batch, "MAX_UNPACKED_BYTES", 1000)
+    monkeypatch.setattr(class_folder, "MAX_UNPACKED_BYTES", 1000)
     archive = zip_of(tmp_path / "big.zip", {PY: "#" * 5000})
     with pytest.raises(Unusable, match="unpacks to more than"):
         extract_zip(archive, tmp_path)
 
 
 def test_changed_checks_make_the_last_runs_rows_void(tmp_path):
-    row = batch.StudentGrade("ada", "digest", {"ch01/softmax": 2}, ["ch01"], bugs=[("ch01", "softmax", "x")])
-    batch.save_state(tmp_path, "checks-v1", {"ada": row})
-    assert batch.load_state(tmp_path, "checks-v1") == ({"ada": row}, False)
-    assert batch.load_state(tmp_path, "checks-v2") == ({}, True)
-    (tmp_path / batch.STATE_FILE).write_text("{not json")
-    assert batch.load_state(tmp_path, "checks-v1") == ({}, False)
+    row = batch_state.StudentGrade("ada", "digest", {"ch01/softmax": 2}, ["ch01"], bugs=[("ch01", "softmax", "x")])
+    batch_state.save_state(tmp_path, "checks-v1", {"ada": row})
+    assert batch_state.load_state(tmp_path, "checks-v1") == ({"ada": row}, False)
+    assert batch_state.load_state(tmp_path, "checks-v2") == ({}, True)
+    (tmp_path / batch_state.STATE_FILE).write_text("{not json")
+    assert batch_state.load_state(tmp_path, "checks-v1") == ({}, False)
 
 
 def test_a_zip_keeps_when_each_file_was_saved(tmp_path):
@@ -408,4 +408,4 @@ def test_a_zip_keeps_when_each_file_was_saved(tmp_path):
     into = tmp_path / "into"
     into.mkdir()
     extract_zip(archive, into)
-    assert batch.chapters_of(into).chosen == {"ch01": into / NB}  # the notebook was saved last
+    assert class_folder.chapters_of(into).chosen == {"ch01": into / NB}  # the notebook was saved last

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, gradescope, reaping
+from grader import batch, class_folder, gradescope, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
 from grader.finding import MAX_FOLDER_DEPTH, find_chapters
 from grader.gradescope import missing_reason, with_missing_chapters
@@ -137,7 +137,7 @@ def checks_pass(monkeypatch):
 def graded_by_batch(folder: Path, checks_pass) -> tuple[dict, dict]:
     """The results JSON ``mha-course batch`` writes for a student's ``folder``,
     and the files it graded."""
-    (entry,) = [entry for entry in batch.list_entries(folder.parent) if entry.path == folder]
+    (entry,) = [entry for entry in class_folder.list_entries(folder.parent) if entry.path == folder]
     checks_pass.graded = None
     return batch.grade_student(entry, batch.GradingOptions(seed=9)).results, checks_pass.graded
 

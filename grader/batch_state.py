@@ -1,0 +1,146 @@
+"""What a batch keeps in its out folder between runs: each student's row
+(``StudentGrade``), the state file of the rows and the seeds they were
+graded with, signed so that only what the batch wrote is read back, and the
+fingerprint of the checks, whose change makes every grade stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader.catalog import COURSE_ROOT
+
+STATE_FILE = "batch-state.json"
+RESULTS_FOLDER = "results"
+STATE_VERSION = 3  # 3: each row keeps the seed it was graded with
+KEY_FILE = ".batch-key"  # the key of the state's MAC, readable by its owner only
+
+
+@dataclass
+class StudentGrade:
+    """One row of the class: what a student scored and why.
+
+    Attributes:
+        student: the student's id.
+        digest: the entry's content hash when it was graded.
+        scores: ``{"ch01/softmax": points scored}`` for every exercise of the course.
+        graded: ids of the chapters that were graded (submitted and readable).
+        note: why (part of) the submission could not be graded; "" when all was.
+        bugs: ``(chapter id, exercise, bug name)`` of each catalog bug the
+            student's answers matched.
+        seconds: wall time of the grading.
+        seed: the seed of the random inputs it was graded with (None: not graded).
+        results: the Gradescope ``results.json`` dict (not kept in the state file).
+        results_digest: sha256 (hex) of the ``results/STUDENT.json`` written for
+            it: a re-run keeps the row only while that file is unchanged.
+    """
+
+    student: str
+    digest: str
+    scores: dict[str, int]
+    graded: list[str]
+    note: str = ""
+    bugs: list[tuple[str, str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    seed: int | None = None
+    results: dict | None = None
+    results_digest: str = ""
+
+    @property
+    def total(self) -> int:
+        return sum(self.scores.values())
+
+    def state(self) -> dict:
+        """What the state file keeps: the row, without the (large) results."""
+        kept = asdict(self)
+        del kept["results"]
+        return kept
+
+    @classmethod
+    def from_state(cls, kept: dict) -> StudentGrade:
+        return cls(**{**kept, "bugs": [tuple(bug) for bug in kept.get("bugs", [])]})
+
+
+def grader_fingerprint(root: Path = COURSE_ROOT) -> str:
+    """sha256 of what decides a verdict: the catalog, the checks, the known
+    bugs and the reference solutions. When one changes (a new check, a fixed
+    reference), earlier grades no longer hold and every student is graded
+    again. The grader's machinery is left out: a change there that alters
+    verdicts is rare, and ``--force`` is there for it."""
+    digest = hashlib.sha256()
+    files = sorted([root / "grader" / "catalog.py", *(root / "grader" / "checks").glob("*.py"),
+                    *(root / "grader" / "bugs").glob("*.py"), *(root / "solutions").glob("*.py")])
+    for file in files:
+        digest.update(file.relative_to(root).as_posix().encode() + b"\n")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def load_state(out: Path, fingerprint: str) -> tuple[dict[str, StudentGrade], bool]:
+    """The rows of the last run, by student, and whether the checks changed
+    since; no rows when they did (those grades may no longer hold), when
+    there is no state that can be read, or when its MAC does not hold: the
+    state is read back as grades, so only what this program wrote counts."""
+    try:
+        state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("version") != STATE_VERSION:
+            return {}, False
+        if not hmac.compare_digest(str(state.get("mac")), _mac(out, state["grader"], state["students"])):
+            return {}, False
+        if state.get("grader") != fingerprint:
+            return {}, True
+        return {student: StudentGrade.from_state(kept) for student, kept in state["students"].items()}, False
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, False
+
+
+def save_state(out: Path, fingerprint: str, grades: dict[str, StudentGrade]) -> None:
+    students = {student: grade.state() for student, grade in sorted(grades.items())}
+    state = {"version": STATE_VERSION, "grader": fingerprint, "students": students,
+             "mac": _mac(out, fingerprint, students)}
+    write_atomically(out / STATE_FILE, json.dumps(state, indent=1))
+
+
+def _mac(out: Path, fingerprint: str, students: dict) -> str:
+    """HMAC-SHA256 of the state's rows under the out folder's key (made on
+    first use, readable by its owner only: workers, confined by Landlock,
+    cannot read the out folder at all)."""
+    path = out / KEY_FILE
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = secrets.token_bytes(32)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+            file.write(key)
+    text = json.dumps({"grader": fingerprint, "students": students}, sort_keys=True)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def results_intact(out: Path, row: StudentGrade) -> bool:
+    """Is the student's results JSON the one written with their row?"""
+    try:
+        text = results_path(out, row.student).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return bool(row.results_digest) and hmac.compare_digest(sha256_text(text), row.results_digest)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file, so an interrupted run never leaves half a file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def results_path(out: Path, student: str) -> Path:
+    return out / RESULTS_FOLDER / f"{student}.json"
