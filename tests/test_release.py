@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import HARMLESS, VERIFY_SEED
-from grader import recorded
+from grader import recorded, recorded_values
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.cli import main
 from grader.compare import matches
@@ -299,13 +299,13 @@ def test_recorded_answers_come_back_equal_and_fresh():
     recording = recorded.Recording()
     x = torch.randn(2, 3)
     answer = (torch.softmax(x, -1), np.ones((2, 2)), 3, None, [torch.zeros(1, dtype=torch.bool)])
-    recording.answers[recorded.digest("ch01", "softmax", (x,), {"dim": -1}, None)] = recorded._plain(answer)
+    recording.answers[recorded_values.digest("ch01", "softmax", (x,), {"dim": -1}, None)] = recorded_values.plain(answer)
     loaded = recorded.Recording.from_bytes(recording.to_bytes())
     replay = recorded.ReplayReference(chapter, "check", loaded)
     first = replay.softmax(x.clone(), dim=-1)
-    assert recorded._equal(first, answer)
+    assert recorded_values.equal(first, answer)
     first[0].zero_()  # a check that changes an answer in place changes no later one
-    assert recorded._equal(replay.softmax(x, dim=-1), answer)
+    assert recorded_values.equal(replay.softmax(x, dim=-1), answer)
     with pytest.raises(recorded.NotRecorded):
         replay.softmax(x, dim=0)
 
@@ -316,7 +316,7 @@ def test_fingerprint_matches_as_compare_does(dtype):
     wrong = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64).to(dtype)
     wrong[1, 2, 3] = float("nan")
     wrong[2, 0, 0] = float("-inf")
-    fingerprint = recorded.Fingerprint.of(wrong)
+    fingerprint = recorded_values.Fingerprint.of(wrong)
     shifted = wrong.clone()
     shifted[0] += 0.5  # one row off: a fingerprint sees it
     near = wrong * (1 + 1e-9) if dtype == torch.float64 else wrong * (1 + 1e-6)
