@@ -1,9 +1,9 @@
-"""The footprint's reading of ATen ops holds on every supported torch."""
+"""The reading of ATen ops as reductions (grader.reductions) holds on every supported torch."""
 
 import pytest
 import torch
 
-from grader import footprint
+from grader import reductions
 
 
 def _overloads():
@@ -21,7 +21,7 @@ def test_every_reduction_aten_tags_is_known_by_name_for_a_torch_without_the_tag(
     missed = [
         str(func) for func in _overloads()
         if torch.Tag.reduction in func.tags
-        and func._schema.name.removeprefix("aten::") not in footprint._REDUCTIONS
+        and func._schema.name.removeprefix("aten::") not in reductions._REDUCTIONS
     ]
     assert missed == []
 
@@ -33,10 +33,10 @@ def test_every_reduction_aten_tags_is_known_by_name_for_a_torch_without_the_tag(
     (torch.ops.aten.logsumexp.default, (torch.zeros(3, 5), [1]), 5),
 ])
 def test_reductions_are_read_by_name_and_max_of_two_tensors_is_elementwise(op, args, width, monkeypatch):
-    monkeypatch.setattr(footprint, "_REDUCTION_TAG", None)  # as on torch 2.5
-    footprint._rule.cache_clear()
+    monkeypatch.setattr(reductions, "_REDUCTION_TAG", None)  # as on torch 2.5
+    reductions._rule.cache_clear()
     try:
-        found = footprint.reduced_width(op, args, {}, op(*args))
+        found = reductions.reduced_width(op, args, {}, op(*args))
     finally:
-        footprint._rule.cache_clear()
+        reductions._rule.cache_clear()
     assert (found[0] if found is not None else None) == width
