@@ -32,12 +32,20 @@ from __future__ import annotations
 
 import ast
 import bisect
-import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from grader.catalog import WHOLE_LIBRARY
+from grader.name_resolution import (
+    aliases_of,
+    as_written,
+    attribute_as_written,
+    dotted_name,
+    is_literal_getattr,
+    link_below,
+    literal_string,
+)
 
 # Ways around the worker's guards: turning off or popping its torch-function
 # and dispatch modes, registering kernels, or calling ATen kernels by name.
@@ -104,8 +112,6 @@ ATTRIBUTE_BUILTINS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 
 _OWN_OBJECTS = frozenset({"self", "cls"})
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-_LITERAL_DEPTH = 64  # deeper string arithmetic counts as computed
-_WRITTEN_NODES = 12  # larger expressions are named by their attribute alone
 
 
 class Scan:
@@ -223,7 +229,7 @@ class _Scope:
     def of(cls, tree: ast.Module) -> _Scope:
         definitions = [node for node in ast.walk(tree)
                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        return cls(_aliases(tree), frozenset(node.name for node in definitions),
+        return cls(aliases_of(tree), frozenset(node.name for node in definitions),
                    frozenset(node.name for node in definitions if isinstance(node, ast.ClassDef)))
 
     def is_own(self, node: ast.AST) -> bool:
@@ -300,7 +306,7 @@ class _Chains:
     def of(cls, node: ast.AST, aliases: dict[str, str]) -> _Chains:
         below = {}  # id of a link -> the next link down
         for item in ast.walk(node):
-            link = _below(item, aliases)
+            link = link_below(item, aliases)
             if link is not None:
                 below[id(item)] = link
         inner = {id(link) for link in below.values()}
@@ -320,15 +326,6 @@ class _Chains:
         return id(node) in self.resolving and id(node) not in self.inner
 
 
-def _below(node: ast.AST, aliases: dict[str, str]) -> ast.AST | None:
-    """The next link down a chain: ``x`` for ``x.attr`` and ``getattr(x, "attr")``."""
-    if isinstance(node, ast.Attribute):
-        return node.value
-    if _is_literal_getattr(node, aliases):
-        return node.args[0]
-    return None
-
-
 # -- escape hatches ------------------------------------------------------------
 
 
@@ -340,7 +337,7 @@ def _escape_hatches(node: ast.AST, scope: _Scope) -> Iterator[tuple[int, str]]:
         if isinstance(item, (ast.Import, ast.ImportFrom)):
             yield from ((item.lineno, name) for name in _imported(item) if _is_escape_hatch(name))
         elif chains.outermost(item):
-            dotted = _dotted(item, scope.aliases)
+            dotted = dotted_name(item, scope.aliases)
             if _is_escape_hatch(dotted):
                 yield item.lineno, dotted
         elif isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
@@ -378,9 +375,9 @@ def _refused_attribute(base: ast.AST, attr: str, line: int, scope: _Scope) -> It
     through an import: a private name outside ``self``, the interpreter's
     dunders, frames, torch's mode switches."""
     if _is_private(attr) and not scope.is_own(base):
-        yield line, _written_attribute(base, attr)
+        yield line, attribute_as_written(base, attr)
     elif attr in REFUSED_ATTRIBUTES and not (attr in OWN_ATTRIBUTES and scope.is_own(base)):
-        yield line, _written_attribute(base, attr)
+        yield line, attribute_as_written(base, attr)
 
 
 def _refused_lookup(call: ast.Call, scope: _Scope, chains: _Chains) -> Iterator[tuple[int, str]]:
@@ -391,14 +388,14 @@ def _refused_lookup(call: ast.Call, scope: _Scope, chains: _Chains) -> Iterator[
             and function.id not in scope.aliases and function.id not in scope.defined):
         return
     if len(call.args) < 2 or any(isinstance(arg, ast.Starred) for arg in call.args[:2]):
-        yield call.lineno, _written(call) or f"{function.id}(*...)"
+        yield call.lineno, as_written(call) or f"{function.id}(*...)"
         return
-    target, name = call.args[0], _literal(call.args[1])
+    target, name = call.args[0], literal_string(call.args[1])
     if name is not None:
         if function.id != "hasattr" and id(call) not in chains.resolving:  # asking is harmless
             yield from _refused_attribute(target, name, call.lineno, scope)
     elif id(target) in chains.resolving:
-        yield call.lineno, _written(call) or f"{function.id}({_dotted(target, scope.aliases)}, ...)"
+        yield call.lineno, as_written(call) or f"{function.id}({dotted_name(target, scope.aliases)}, ...)"
 
 
 # -- forbidden names -----------------------------------------------------------
@@ -414,7 +411,7 @@ def _forbidden_names(node: ast.AST, scope: _Scope, forbidden: frozenset[str]) ->
         if isinstance(item, (ast.Name, ast.Attribute)) and not isinstance(item.ctx, ast.Load):
             continue  # binding or patching a name is not using it
         if chains.outermost(item):
-            dotted = _dotted(item, scope.aliases)
+            dotted = dotted_name(item, scope.aliases)
             if _in_family(dotted, forbidden):
                 yield item.lineno, dotted
         elif id(item) not in chains.resolving:
@@ -432,133 +429,6 @@ def _attribute_pair(node: ast.AST, scope: _Scope) -> tuple[ast.AST, str] | None:
     """``(x, "softmax")`` for ``x.softmax`` and ``getattr(x, "softmax")``."""
     if isinstance(node, ast.Attribute):
         return node.value, node.attr
-    if _is_literal_getattr(node, scope.aliases):
-        return node.args[0], _literal(node.args[1])
+    if is_literal_getattr(node, scope.aliases):
+        return node.args[0], literal_string(node.args[1])
     return None
-
-
-# -- resolving names ---------------------------------------------------------
-
-
-def _aliases(tree: ast.AST) -> dict[str, str]:
-    """What the file's names resolve to, anywhere in it: the imports
-    (``{"F": "torch.nn.functional"}``), then simple assignments of what
-    resolves (``T = torch``, ``a, b = torch, np``, ``sm = torch.softmax``).
-    A name bound to several things resolves to the first that resolves."""
-    names, assigned = {}, []
-    for item in ast.walk(tree):
-        if isinstance(item, ast.Import):
-            for alias in item.names:
-                first = alias.name.partition(".")[0]
-                names.setdefault(alias.asname or first, alias.name if alias.asname else first)
-        elif isinstance(item, ast.ImportFrom) and item.module and not item.level:
-            for alias in item.names:
-                if alias.name != "*":
-                    names.setdefault(alias.asname or alias.name, f"{item.module}.{alias.name}")
-        elif isinstance(item, ast.Assign):
-            for target in item.targets:
-                assigned += _bindings(target, item.value)
-        elif isinstance(item, (ast.AnnAssign, ast.NamedExpr)) and item.value is not None:
-            assigned += _bindings(item.target, item.value)
-    # An alias of an alias resolves once its source has: each waits on the
-    # name its chain starts at, and is resolved once, in time linear overall.
-    waiting: dict[str, list[tuple[str, ast.AST]]] = {}
-    for name, value in assigned:
-        start = _chain_start(value, names)
-        if start is not None:
-            waiting.setdefault(start, []).append((name, value))
-    todo = list(names)
-    while todo:
-        for name, value in waiting.pop(todo.pop(), []):
-            dotted = _dotted(value, names)
-            if name not in names and dotted is not None:
-                names[name] = dotted
-                todo.append(name)
-    return names
-
-
-def _chain_start(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """The name a chain starts at: ``torch`` for ``torch.nn.functional``."""
-    while _below(node, aliases) is not None:
-        node = _below(node, aliases)
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _bindings(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
-    """``[(name, value)]`` a simple assignment binds: ``T = torch``, and
-    ``a, b = torch, np`` pair by pair (nested tuples too, without recursing)."""
-    pairs, todo = [], [(target, value)]
-    while todo:
-        target, value = todo.pop()
-        if isinstance(target, ast.Name):
-            pairs.append((target.id, value))
-        elif (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
-                and len(target.elts) == len(value.elts)
-                and not any(isinstance(node, ast.Starred) for node in target.elts + value.elts)):
-            todo += zip(target.elts, value.elts)
-    return pairs
-
-
-def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """``F.softmax`` -> ``torch.nn.functional.softmax`` when ``F`` is an
-    imported module (``getattr(F, "softmax")`` too); None for anything not
-    reached through an import. Iterative: chains may be long."""
-    parts = []
-    while True:
-        if isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        elif _is_literal_getattr(node, aliases):
-            parts.append(_literal(node.args[1]))
-            node = node.args[0]
-        elif isinstance(node, ast.Name) and node.id in aliases:
-            return ".".join([aliases[node.id], *reversed(parts)])
-        else:
-            return None
-
-
-def _is_literal_getattr(node: ast.AST, aliases: dict[str, str]) -> bool:
-    """``getattr(x, "name")`` (or with a default), the name known in the source."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and "getattr" not in aliases and len(node.args) in (2, 3)
-            and not any(isinstance(arg, ast.Starred) for arg in node.args)
-            and _literal(node.args[1]) is not None)
-
-
-def _literal(node: ast.AST, depth: int = 0) -> str | None:
-    """The string ``node`` always is: ``"_C"``, ``"_" + "C"``, ``f"{'_'}C"``,
-    ``"".join(["_", "C"])``; None when it is computed at run time."""
-    if depth > _LITERAL_DEPTH:
-        return None
-    if isinstance(node, ast.Constant):
-        return node.value if isinstance(node.value, str) else None
-    parts = None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        parts = [node.left, node.right]
-    elif isinstance(node, ast.JoinedStr):
-        parts = [value.value if isinstance(value, ast.FormattedValue) and not value.format_spec
-                 and value.conversion == -1 else value for value in node.values]
-    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-          and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], (ast.List, ast.Tuple))):
-        separator = _literal(node.func.value, depth + 1)
-        pieces = [_literal(piece, depth + 1) for piece in node.args[0].elts]
-        return None if separator is None or None in pieces else separator.join(pieces)
-    if parts is None:
-        return None
-    pieces = [_literal(part, depth + 1) for part in parts]
-    return None if None in pieces else "".join(pieces)
-
-
-def _written(node: ast.AST) -> str | None:
-    """``node`` as the student wrote it, when it is short; None otherwise
-    (``ast.unparse`` recurses: a small tree keeps it safe)."""
-    if next(itertools.islice(ast.walk(node), _WRITTEN_NODES, None), None) is not None:
-        return None
-    text = ast.unparse(node)
-    return text if "\n" not in text else None
-
-
-def _written_attribute(base: ast.AST, attr: str) -> str:
-    """``x._C`` as written, or ``_C`` alone when ``x`` is long."""
-    written = _written(base)
-    return f"{written}.{attr}" if written else attr
