@@ -25,7 +25,6 @@ from grader.outcomes import Failure
 from grader.remote import RemoteSubmission
 
 
-
 @dataclass
 class CheckResult:
     """One check's verdict.
