@@ -115,3 +115,16 @@ def test_a_wrong_mask_entry_is_named_as_true_or_false():
     got = torch.tensor([[True, True], [True, True]])
     message = message_of(got, expected).message
     assert message == "f(x) is True at [0, 1] where the reference has False (1 of 4 entries differ)"
+
+
+def test_a_failure_kind_or_a_status_is_a_word_of_its_enum():
+    import json
+
+    from grader.outcomes import Failure, Status
+
+    failure = CheckFailure("softmax(x (3, 5)) raised ValueError", "error")
+    assert failure.kind is Failure.ERROR and failure.kind == "error"
+    assert json.dumps({"kind": failure.kind}) == '{"kind": "error"}' and f"{failure.kind}" == "error"
+    with pytest.raises(ValueError):
+        CheckFailure("a misspelt kind", "mismatched")  # would otherwise match no rule silently
+    assert Status("not attempted").counts_as_passed and not Status.FAILED.counts_as_passed
