@@ -1,5 +1,7 @@
 """Failure messages say what differs, in the order a student should fix it."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 from grader.catalog import find_chapter
 from grader.compare import CheckFailure, expect_close, unpack
 from grader.grading import _verdict
+from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult
 
 
@@ -118,10 +121,6 @@ def test_a_wrong_mask_entry_is_named_as_true_or_false():
 
 
 def test_a_failure_kind_or_a_status_is_a_word_of_its_enum():
-    import json
-
-    from grader.outcomes import Failure, Status
-
     failure = CheckFailure("softmax(x (3, 5)) raised ValueError", "error")
     assert failure.kind is Failure.ERROR and failure.kind == "error"
     assert json.dumps({"kind": failure.kind}) == '{"kind": "error"}' and f"{failure.kind}" == "error"
