@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -347,6 +348,26 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     assert tests["ch01 self_attention"]["score"] == 0
     assert "PermissionError" in tests["ch01 self_attention"]["output"]
     assert all(test["score"] == test["max_score"] for name, test in tests.items() if name != "ch01 self_attention")
+
+
+def test_watch_in_the_edition_regrades_a_save_with_recorded_answers(edition, tmp_path):
+    """A student's loop in the edition: a table at once, a new one after a
+    save, answers replayed from the recordings, Ctrl-C ends it."""
+    from test_watch import Watcher, _save
+
+    chapter = find_chapter("ch01")
+    work = tmp_path / chapter.file_name
+    work.write_bytes(chapter.stub(edition).read_bytes())
+    running = Watcher(str(work), "--seed", str(SEED), cwd=edition, env={"PYTHONPATH": str(edition)})
+    try:
+        assert f"Total: 0 / {chapter.points} points" in running.report()
+        _save(work, chapter.solution().read_text(encoding="utf-8"))
+        right = running.report()
+        assert f"Total: {chapter.points} / {chapter.points} points" in right and f"seed {SEED}" in right, right
+        assert running.interrupt()[0] == 130
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("name", [

@@ -24,11 +24,11 @@ NO_SCALE = next(bug for bug in KNOWN_BUGS["ch01"] if bug.name == "no-scale")
 class Watcher:
     """``mha-course watch`` in a process group of its own, its stdout read line by line."""
 
-    def __init__(self, *args: str, cwd):
+    def __init__(self, *args: str, cwd, env: dict[str, str] | None = None):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "grader", "watch", *args], cwd=cwd, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
