@@ -109,6 +109,19 @@ def _recorded(folder: Path) -> dict[str, str] | None:
     return record if isinstance(record, dict) else None
 
 
+def write_stubs(files: dict[Path, str], root: Path, folder: Path) -> list[tuple[Chapter, Path]]:
+    """Each chapter's stub as the build writes it (``files``, from
+    ``generated_files(root)``), written into ``folder``: the ``(chapter,
+    path)`` pairs a grade of the untouched stubs takes. Not exercises/ as it
+    is, which may hold someone's work."""
+    targets = []
+    for chapter in CHAPTERS:
+        path = folder / chapter.file_name
+        path.write_text(files[chapter.stub(root)], encoding="utf-8")
+        targets.append((chapter, path))
+    return targets
+
+
 def edited_files(files: dict[Path, str]) -> list[Path]:
     """The exercise files on disk that the build would change but did not
     write as they are: someone's work, which ``write_files`` leaves alone.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from grader.build import edited_files, generated_files, stale_files
+from grader.build import edited_files, generated_files, stale_files, write_stubs
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
 from grader.grading import GraderError, grade, preload
 from grader.known_bugs import KNOWN_BUGS, apply_bug
@@ -81,12 +81,8 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
     references = grade([(c, c.solution()) for c in CHAPTERS], seed=seed)
     files = generated_files(root)
-    # The stubs as the build writes them, not exercises/ as it is: that may hold work.
     with tempfile.TemporaryDirectory() as folder:
-        stub_paths = [(c, Path(folder) / c.file_name) for c in CHAPTERS]
-        for _, path in stub_paths:
-            path.write_text(files[root / "exercises" / path.name], encoding="utf-8")
-        stubs = grade(stub_paths, seed=seed)
+        stubs = grade(write_stubs(files, root, Path(folder)), seed=seed)
     for result in references.exercises:
         audit = audits[result.chapter.id, result.exercise.name]
         audit.checks = [check.check for check in result.checks if check.outcome != "skipped"]

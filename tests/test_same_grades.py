@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.build import generated_files
+from grader.build import generated_files, write_stubs
 from grader.catalog import CHAPTERS, COURSE_ROOT
 from grader.grading import GradeReport, grade
 from grader.report import results_json
@@ -42,14 +42,8 @@ def grades() -> dict:
     """The solutions' and the stubs' grades (the stubs as the build writes
     them: exercises/ may hold someone's work)."""
     solutions = grade([(c, c.solution()) for c in CHAPTERS], seed=SEED)
-    files = generated_files(COURSE_ROOT)
     with tempfile.TemporaryDirectory() as folder:
-        stubs = []
-        for chapter in CHAPTERS:
-            path = Path(folder) / chapter.file_name
-            path.write_text(files[COURSE_ROOT / "exercises" / path.name], encoding="utf-8")
-            stubs.append((chapter, path))
-        stubbed = grade(stubs, seed=SEED)
+        stubbed = grade(write_stubs(generated_files(COURSE_ROOT), COURSE_ROOT, Path(folder)), seed=SEED)
     return {"seed": SEED, "solutions": _verdicts(solutions), "stubs": _verdicts(stubbed)}
 
 
