@@ -14,8 +14,9 @@ and without root, and from then on the kernel says no:
   connect to the grader, the fork server or another worker. From ABI 4 it
   can neither bind nor connect a TCP socket.
 * **A seccomp filter** (Linux, x86-64 and arm64): no new processes (threads
-  yes), no sockets, no namespaces, mounts, tracing, BPF or io_uring. So
-  nothing a worker starts can outlive it.
+  yes) and no new programs (``execve``), no sockets, no namespaces, mounts,
+  tracing, BPF or io_uring, and no change to its own rlimits. So nothing a
+  worker starts can outlive it, and the limits it was given hold.
 * **rlimits** (any POSIX system): address space, CPU time, file size, open
   files, processes, no core files.
 
@@ -340,14 +341,19 @@ _CLONE_THREAD = 0x00010000
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000  # | errno
 
-# Per architecture: its audit id, ``clone``, ``clone3`` and the calls refused outright:
-# fork, vfork, socket, socketpair, ptrace, unshare, setns, mount, umount2, pivot_root,
-# process_vm_readv and _writev, bpf, io_uring_setup (its requests would skip this filter).
+# Per architecture: its audit id, ``clone``, ``clone3``, ``prlimit64`` and the calls refused
+# outright: fork, vfork, socket, socketpair, ptrace, unshare, setns, mount, umount2,
+# pivot_root, process_vm_readv and _writev, bpf, io_uring_setup (its requests would skip
+# this filter); execve and execveat (a worker never needs a new program); setrlimit (the
+# limits a worker was given are the ones it keeps, even as root).
 _ARCHITECTURES = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58, 41, 53, 101, 272, 308, 165, 166, 155, 310, 311, 321, 425)),
-    "aarch64": (0xC00000B7, 220, 435, (198, 199, 117, 97, 268, 40, 39, 41, 270, 271, 280, 425)),
+    "x86_64": (0xC000003E, 56, 435, 302, (57, 58, 41, 53, 101, 272, 308, 165, 166, 155, 310, 311, 321, 425,
+                                          59, 322, 160)),
+    "aarch64": (0xC00000B7, 220, 435, 261, (198, 199, 117, 97, 268, 40, 39, 41, 270, 271, 280, 425,
+                                           221, 281, 164)),
 }
 _X32_BIT = 0x40000000  # x86-64's other system call table: refused whole
+_NEW_LIMIT = 16 + 2 * 8  # prlimit64's third argument in seccomp_data, its low half first (little-endian)
 
 
 def _seccomp_program() -> bytes | None:
@@ -355,7 +361,7 @@ def _seccomp_program() -> bytes | None:
     found = _ARCHITECTURES.get(platform.machine().lower()) if sys.platform == "linux" else None
     if found is None:
         return None
-    arch, clone, clone3, refused = found
+    arch, clone, clone3, prlimit, refused = found
     code: list[tuple[int, int, int, int]] = []  # (op, jump if true, jump if false, k)
     load, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     # Labels are resolved at the end: jumps are counted from the next instruction.
@@ -372,6 +378,14 @@ def _seccomp_program() -> bytes | None:
     for number in refused:
         code.append((jeq, 0, 1, number))
         code.append((ret, 0, 0, _ERRNO | errno.EPERM))
+    # prlimit64 reads a limit with a null new value (glibc's getrlimit), and sets one without.
+    code.append((jeq, 0, 6, prlimit))
+    code.append((load, 0, 0, _NEW_LIMIT))
+    code.append((jeq, 0, 3, 0))
+    code.append((load, 0, 0, _NEW_LIMIT + 4))
+    code.append((jeq, 0, 1, 0))
+    code.append((ret, 0, 0, _ALLOW))
+    code.append((ret, 0, 0, _ERRNO | errno.EPERM))
     code.append((jeq, 1, 0, clone))
     code.append((ret, 0, 0, _ALLOW))
     code.append((load, 0, 0, 16))  # clone's flags: the low half of its first argument

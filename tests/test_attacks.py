@@ -151,6 +151,17 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     os.kill(os.getppid(), signal.SIGSTOP)
     return x
 ''', "os"),
+    Attack("runs-a-program", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import os
+    os.execv("/bin/sh", ["sh", "-c", "sleep 30"])  # the worker would become a shell
+''', "os"),
+    Attack("raises-its-own-limits", "ch01", "self_attention", '''
+def self_attention(x, w_q, w_k, w_v, mask=None):
+    import resource
+    resource.prlimit(0, resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    return x
+''', "os"),
     Attack("writes-200-mib", "ch01", "self_attention", '''
 def self_attention(x, w_q, w_k, w_v, mask=None):
     with open("hoard.bin", "wb") as hoard:
@@ -245,6 +256,8 @@ def test_without_the_static_scan_the_worker_and_the_kernel_hold(grade_source, at
     ("forks-a-process", "PermissionError"),
     ("stops-the-fork-server", "PermissionError"),
     ("writes-200-mib", "File too large"),
+    ("runs-a-program", "PermissionError"),
+    ("raises-its-own-limits", "PermissionError"),
     ("guard-methods-replaced", "changed the grader's checks in its process"),
     ("portability-tracker-silenced", "changed the grader's checks in its process"),
     ("numpy-exercise-uses-torch", "uses torch: this exercise is written without torch"),
