@@ -34,8 +34,9 @@ class Exercise:
         points: what passing every check of the exercise is worth.
         forbidden: dotted names of library functions (or classes, such as
             ``torch.nn.MultiheadAttention``) the exercise may not call: the
-            thing it asks the student to write. Refused when called, and
-            when found in the exercise's source.
+            thing it asks the student to write. Refused at run time by
+            torch's dispatcher in the exercise's worker (``grader.refusals``,
+            with ``KERNELS``); found in the exercise's source, a note.
         uses: earlier exercises of the same chapter that it builds on; when
             those fail too, the report says so.
         optional: an extension worth no points, graded when the student
@@ -148,31 +149,48 @@ ATTENTION_CALLS = (
 MULTI_HEAD_CALLS = (
     "torch.nn.functional.multi_head_attention_forward",
     "torch._native_multi_head_attention",
-    "torch.nn.MultiheadAttention",  # found in the source; at run time, by the function it calls
+    "torch.nn.MultiheadAttention",
+    "torch.ao.nn.quantizable.MultiheadAttention",  # a second one, written in Python
 )
 
 # Forbidden names that stand for a whole library: the exercises in NumPy may
 # not hand their work to torch, nor may a count of parameters build a module,
-# so the worker refuses every torch kernel there.
+# so the worker refuses every torch operator there.
 WHOLE_LIBRARY = ("torch",)
 
-# The ATen kernels behind the forbidden functions. The worker refuses them at
-# the dispatcher too (a TorchDispatchMode), so a call that steps around the
-# Python-level check (torch.ops.aten._softmax, a disabled TorchFunctionMode)
-# is still caught. A function with no kernel of its own (a Python composition
-# such as F.multi_head_attention_forward) is caught at the Python level only.
-_SOFTMAX_KERNELS = ("aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax")
+# The operators behind the forbidden functions, which the worker refuses at
+# torch's dispatcher (grader.refusals): every overload, on every dispatch key
+# with a kernel. A forbidden function written in Python (F.softmax,
+# F.multi_head_attention_forward, nn.MultiheadAttention's forward) refuses
+# by itself as well, whatever operators it reaches.
+#
+# A softmax is computed by the softmax kernels, and inside the fused
+# attention ones: scaled_dot_product_attention(q, eye, eye, scale=1) with q
+# the logits is their softmax. SDPA's math path (torch >= 2.5) is
+# _safe_softmax after a matrix product.
+_SOFTMAX_OPERATORS = (
+    "aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax", "aten::_masked_softmax",
+    "aten::_sparse_softmax", "aten::_sparse_log_softmax", "aten::_nested_tensor_softmax_with_shape",
+    "quantized::softmax",
+)
+_FUSED_ATTENTION_OPERATORS = (
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_attention_math_for_mps", "aten::_flash_attention_forward",
+    "aten::_flash_attention_forward_no_dropout_inplace", "aten::_efficient_attention_forward",
+    "aten::_cudnn_attention_forward", "aten::_triton_scaled_dot_attention",
+)
+_MULTI_HEAD_OPERATORS = (
+    "aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd",
+    "aten::_triton_multi_head_attention",
+)
 KERNELS = {
-    **{name: _SOFTMAX_KERNELS for name in SOFTMAX_CALLS},
+    **{name: _SOFTMAX_OPERATORS + _FUSED_ATTENTION_OPERATORS + _MULTI_HEAD_OPERATORS
+       for name in SOFTMAX_CALLS},
     "torch.nn.functional.scaled_dot_product_attention": (
-        "aten::_safe_softmax",  # the math path on the CPU (torch >= 2.5)
-        "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention",
-        "aten::_scaled_dot_product_fused_attention_overrideable",
-    ),
-    "torch._native_multi_head_attention": ("aten::_native_multi_head_attention",),
+        ("aten::_safe_softmax",) + _FUSED_ATTENTION_OPERATORS + _MULTI_HEAD_OPERATORS),
+    "torch._native_multi_head_attention": _MULTI_HEAD_OPERATORS,
 }
 
 

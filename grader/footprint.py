@@ -20,7 +20,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.compare import CheckFailure
-from grader.guards import watched
 from grader.outcomes import Failure
 from grader.reductions import reduced_width
 from grader.wire import flatten
@@ -28,7 +27,6 @@ from grader.wire import flatten
 # -- in the worker -----------------------------------------------------------
 
 
-@watched
 class Measure(TorchDispatchMode):
     """Records what a memory-efficient exercise must keep small: the largest
     tensor any ATen op of the call makes (never the ``(L, S)`` scores), and

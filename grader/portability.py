@@ -18,14 +18,12 @@ from torch.overrides import TorchFunctionMode
 
 from grader import wire
 from grader.compare import fail
-from grader.guards import watched
 from grader.outcomes import Failure
 from grader.wire import flatten
 
 # -- in the worker ------------------------------------------------------------
 
 
-@watched
 class DeviceTracker(TorchFunctionMode):
     """Finds the tensors that would sit on the wrong device on a GPU, on any machine.
 

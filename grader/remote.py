@@ -26,6 +26,7 @@ from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.outcomes import Failure
 from grader.portability import expect_portable, plain_line
+from grader.refusals import REFUSED
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
 from grader.static_scan import Scan, refusal_message
 from grader.wire import WireError, decode, devices, encode
@@ -90,8 +91,9 @@ class RemoteSubmission:
 
     # -- loading ---------------------------------------------------------------
 
-    def load(self) -> None:
-        """Probe the file in a worker once: what it defines, what failed."""
+    def load(self, exercise: str) -> None:
+        """Probe the file in a worker once: what it defines, what failed.
+        The worker goes on to serve ``exercise``, the first one checked."""
         if self._loaded:
             return
         self._loaded = True
@@ -99,7 +101,13 @@ class RemoteSubmission:
             self._load_failure = str(self.submission)
             return
         self._signatures = _signatures(self.submission)
-        self._loaded_file = probe(self._fork_server(), self.chapter.id, self.limits)
+        self._loaded_file = probe(self._fork_server(), self.chapter.id, self.limits,
+                                  forbidden=self._forbidden(exercise))
+        # A statement refused only because the probing worker serves
+        # ``exercise`` (a comparison with torch.softmax at the bottom of the
+        # file) ran in the other exercises' workers: not worth a note.
+        self._loaded_file.errors = {line: error for line, error in self._loaded_file.errors.items()
+                                    if REFUSED not in error}
         # The worker that loaded the file serves the first exercise checked:
         # a process fewer to fork, and its statements have already run.
         self._worker, self._worker_exercise = self._loaded_file.worker, None
@@ -120,7 +128,7 @@ class RemoteSubmission:
 
     def begin_check(self, exercise: str) -> None:
         """Called before each check: which exercise, and a fresh time limit."""
-        self.load()
+        self.load(exercise)
         self._exercise = exercise
         self.reached = set()
         self._check_deadline = time.monotonic() + self.limits.check_seconds
@@ -165,7 +173,7 @@ class RemoteSubmission:
         tensor the call made (by the bytes of its storage, views not counted)
         and the most entries one reduction of it combined (``footprint.Footprint``).
         """
-        self.load()
+        self.load(self._exercise or function)
         text = self.call_text(function, args, kwargs, module)
         self._refuse_unrunnable(function, module is not None)
         if module is not None and module.passed_to:
@@ -192,7 +200,6 @@ class RemoteSubmission:
             "function": function,
             "args": encode(list(args)),
             "kwargs": {key: encode(value) for key, value in kwargs.items()},
-            "forbidden": self._forbidden(exercise),
             "device": self.device,
             "portability": portability,
             "measure": measure,
@@ -307,7 +314,8 @@ class RemoteSubmission:
         if self._worker is None:
             asked = time.monotonic()
             server = self._preloaded if self._preloads(exercise) else self._fork_server()
-            self._worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped))
+            self._worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
+                                  forbidden=self._forbidden(exercise))
             self._worker_exercise = exercise
             # Starting it is the grader's time, not the check's (longer when
             # a fork server had to be replaced).
@@ -402,14 +410,13 @@ def _error_failure(text: str, error: object, locate=plain_line) -> CheckFailure:
     where = f" at {locate(line)}" + (f" ({code})" if code else "") if type(line) is int and line else ""
     if kind == "NotImplementedError":
         return CheckFailure("not implemented yet", Failure.NOT_IMPLEMENTED)
-    if kind == "Forbidden" and message in WHOLE_LIBRARY:
-        return CheckFailure(f"{text} uses {message}: this exercise is written without {message}", Failure.FORBIDDEN)
-    if kind == "Forbidden":
-        return CheckFailure(f"{text} calls {message}, which this exercise asks you to write "
-                            "yourself", Failure.FORBIDDEN)
-    if kind == "GuardsAltered":
-        return CheckFailure(f"{text} changed the grader's checks in its process (a mode popped or "
-                            "turned off, a method replaced): no exercise needs that", Failure.FORBIDDEN)
+    if message.endswith(REFUSED):  # the worker's dispatcher refused it (grader.refusals)
+        refused = message.removesuffix(REFUSED).strip()
+        if refused in WHOLE_LIBRARY:
+            return CheckFailure(f"{text} uses {refused}{where}: this exercise is written without {refused}",
+                                Failure.FORBIDDEN)
+        return CheckFailure(f"{text} calls {refused}{where}, which this exercise asks you to write yourself",
+                            Failure.FORBIDDEN)
     if kind == "MemoryError":
         return CheckFailure(f"{text} ran out of memory{where}", Failure.MEMORY)
     if kind == "SystemExit":

@@ -129,13 +129,16 @@ class Worker:
             or killed an earlier worker).
         report: send the line of each statement before running it, and a
             summary of what the file defined once done (used to probe a file).
+        forbidden: what the worker refuses from its first statement on
+            (``grader.refusals``): the catalog entry of the one exercise it serves.
     """
 
     def __init__(self, server: ForkServer, key: str, limits: Limits,
-                 skip: frozenset[int] = frozenset(), report: bool = False):
+                 skip: frozenset[int] = frozenset(), report: bool = False, forbidden: tuple[str, ...] = ()):
         self.limits = limits
         self._server = server
-        request = {"limits": dataclasses.asdict(limits), "skip": sorted(skip), "report": report}
+        request = {"limits": dataclasses.asdict(limits), "skip": sorted(skip), "report": report,
+                   "forbidden": list(forbidden)}
         try:
             self.pid, self._to_child, self._from_child = server.spawn(key, request)
         except ForkServerError as error:
@@ -259,9 +262,11 @@ class LoadResult:
     worker: Worker | None = None
 
 
-def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> LoadResult:
+def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
+          forbidden: tuple[str, ...] = ()) -> LoadResult:
     """Run a file's top-level statements once and report what it defines;
-    the worker that did it goes on to answer calls (``LoadResult.worker``).
+    the worker that did it goes on to answer calls (``LoadResult.worker``)
+    for the exercise whose ``forbidden`` entry it refuses.
 
     A statement that hangs or kills the worker is skipped and the file run
     again, up to ``max_faults`` times, so that one bad line at module level
@@ -270,7 +275,7 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3) -> 
     """
     skipped: dict[int, str] = {}
     while True:
-        worker = Worker(server, key, limits, frozenset(skipped), report=True)
+        worker = Worker(server, key, limits, frozenset(skipped), report=True, forbidden=forbidden)
         deadline = time.monotonic() + limits.check_seconds
         line = None
         try:

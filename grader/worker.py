@@ -8,10 +8,12 @@ the submission's top-level statements one by one, then answers requests
 pipe. Each answer is plain data (``grader.wire``); the verdict is the
 grader's, in another process.
 
-Each call runs under the guards its request asks for (``grader.guards``:
-refused functions and kernels), and, when asked, the device tracker
-(``grader.portability``) and the footprint measure (``grader.footprint``).
-A call that leaves them other than it found them is refused.
+A worker serves one exercise: before the file's first statement it refuses,
+at torch's dispatcher, what that exercise asks the student to write
+(``grader.refusals``). A call runs, when asked, under the device tracker
+(``grader.portability``) or the footprint measure (``grader.footprint``):
+what they find shapes a message, never a point, since the student's code
+in this process can change them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import types
 
 import torch
 
-from grader import guards, isolation, wire
+from grader import isolation, refusals, wire
 from grader.footprint import Measure
 from grader.isolation import Limits, Policy
 from grader.loading import Submission
@@ -60,6 +62,10 @@ def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, w
 
     _quiet()
     isolation.confine(policy, limits, inherited)
+    try:
+        refusals.install(request["forbidden"])
+    except Exception:
+        os._exit(isolation.CONFINEMENT_FAILED)  # rather no worker than one that refuses nothing
     if policy.readable:  # the staged submissions: a chapter may import an earlier chapter's file
         sys.path.insert(0, policy.readable[0])
     module = _run_statements(submission, skip, send, report)
@@ -155,10 +161,9 @@ def _on(device: str, value: object) -> object:
 def _serve(module: types.ModuleType, receive, send) -> None:
     """Answer requests until the grader closes the pipe.
 
-    A request's ``"forbidden"`` names what the call may not reach
-    (``guards.Guards``); with ``"portability"`` the call's tensors are
-    followed (``DeviceTracker``) and the answer says what would go wrong on a
-    GPU; with ``"measure"`` it gives the largest tensor the call made and its
+    With ``"portability"`` the call's tensors are followed
+    (``DeviceTracker``) and the answer says what would go wrong on a GPU;
+    with ``"measure"`` it gives the largest tensor the call made and its
     widest reduction (``Measure``).
     """
     filename = module.__file__
@@ -172,10 +177,8 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         args = [_on(device, value) for value in wire.decode(request["args"])]
         kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
         grad = request.get("grad")
-        guard = guards.Guards(list(request.get("forbidden", ())))
         tracker = DeviceTracker(filename) if request.get("portability") else None
         measure = Measure() if request.get("measure") else None
-        altered = False
         try:
             recipe = request.get("module")
             recipe = ModuleCall.decode(recipe) if recipe is not None else None
@@ -185,18 +188,13 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             if tracker is not None:
                 tracker.mark_inputs([*args, *kwargs.values()])
             with contextlib.ExitStack() as stack:
-                guard.enter(stack)
                 for mode in (tracker, measure):
                     if mode is not None:
                         stack.enter_context(mode)
-                before = guards.state()
-                try:
-                    if recipe is None:
-                        result = getattr(module, name)(*args, **kwargs)
-                    else:
-                        result = run_module_call(module, name, recipe, args, kwargs, device)
-                finally:
-                    altered = not guards.intact(before)
+                if recipe is None:
+                    result = getattr(module, name)(*args, **kwargs)
+                else:
+                    result = run_module_call(module, name, recipe, args, kwargs, device)
             answer = {"ok": True, "value": wire.encode(result)}
             if tracker is not None:
                 answer["portability"] = tracker.problem(result)
@@ -209,10 +207,6 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             reached.missing(error)
             if tracker is not None:
                 answer["portability"] = tracker.problem(None)
-        if guard.used:
-            answer = {"ok": False, "error": {"type": "Forbidden", "message": guard.used, "line": 0, "code": ""}}
-        elif altered:
-            answer = {"ok": False, "error": {"type": "GuardsAltered", "message": "", "line": 0, "code": ""}}
         answer["reached"] = reached.take()
         # Sent back so the grader can tell whether the function changed its inputs.
         answer["args"] = wire.encode(list(args))

@@ -174,15 +174,17 @@ def test_forbidden_calls_are_found_in_the_source(grade_source, definition, calle
 
 def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
     # A method name computed at run time, on a tensor: the scan cannot tell
-    # what it reaches, the worker's TorchFunctionMode can.
+    # what it reaches, the worker's dispatcher can.
     source = replace_function(SOLUTION, "softmax", '''
 def softmax(x, dim=-1):
     name = "soft" + "max"
     return getattr(x, name)(dim)
 ''')
     message = assert_fails_alone(grade_source(source), "softmax")
+    line = source.splitlines().index("    return getattr(x, name)(dim)") + 1
     assert message.startswith("softmax(x ")  # the call that ran, not a line of the source
-    assert message.endswith("calls torch.Tensor.softmax, which this exercise asks you to write yourself")
+    assert message.endswith(f"calls torch.softmax (its kernel aten::_softmax) at line {line} "
+                            "(return getattr(x, name)(dim)), which this exercise asks you to write yourself")
 
 
 def test_nn_multihead_attention_is_refused_in_chapter_3(grade_source):
@@ -260,8 +262,9 @@ def softmax(x, dim=-1):
     return torch.nn.functional.softmin(-x, dim)
 """)
     message = assert_fails_alone(grade_source(source), "softmax")
-    assert message.endswith("calls aten._softmax (the kernel of torch.softmax), which this exercise asks "
-                            "you to write yourself")
+    assert "calls torch.softmax (its kernel aten::_softmax) at line" in message
+    assert message.endswith("(return torch.nn.functional.softmin(-x, dim)), which this exercise asks you to "
+                            "write yourself")
 
 
 @pytest.mark.parametrize("body, name, line, reason", [
