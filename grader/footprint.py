@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.compare import CheckFailure
 from grader.outcomes import Failure
+from grader.portability import student_lines
 from grader.reductions import reduced_width
 from grader.wire import flatten
 
@@ -45,9 +46,10 @@ class Measure(TorchDispatchMode):
     storage.
     """
 
-    def __init__(self):
+    def __init__(self, filename: str = ""):
         super().__init__()
-        self.largest: dict | None = None  # {"shape": [...], "numel": n, "bytes": b}
+        self.filename = filename  # the student's file: where the largest tensor was made
+        self.largest: dict | None = None  # {"shape": [...], "numel": n, "bytes": b, "where": [...]}
         self.widest: dict | None = None  # {"op": "amax", "width": n, "shape": [...]}
         self.widest_of_booleans: dict | None = None  # the same, for reductions of booleans
 
@@ -78,7 +80,7 @@ class Measure(TorchDispatchMode):
                     size = output.untyped_storage().nbytes()
                     if self.largest is None or size > self.largest["bytes"]:
                         self.largest = {"shape": list(output.shape), "numel": output.numel(),
-                                        "bytes": size}
+                                        "bytes": size, "where": student_lines(self.filename, 1)}
         return result
 
 
@@ -90,10 +92,13 @@ def _wider(record: dict | None, new: dict) -> dict:
 
 
 class Largest(NamedTuple):
-    """The largest tensor a call made, as the worker measured it."""
+    """The largest tensor a call made, as the worker measured it, and the
+    line of the student's file that made it (0 and "": not known)."""
 
     shape: tuple[int, ...]
     numel: int
+    line: int = 0
+    code: str = ""
 
 
 class Reduction(NamedTuple):
@@ -145,7 +150,7 @@ def parse(text: str, found: object) -> Footprint:
     )
     if not well_formed:
         raise CheckFailure(f"{text}: the worker sent back a malformed measurement", Failure.PROTOCOL)
-    made = Largest(tuple(largest["shape"]), largest["numel"]) if largest is not None else None
+    made = Largest(tuple(largest["shape"]), largest["numel"], *_where(largest)) if largest is not None else None
     if made is None or reduction is None:
         message = (f"{text}: the grader's measurement of the call came back empty, as if it made no tensor "
                    "and added nothing up; was the measuring switched off?")
@@ -153,3 +158,12 @@ def parse(text: str, found: object) -> Footprint:
             raise PartlyMeasured(message, made)
         raise CheckFailure(message, Failure.PROTOCOL)
     return Footprint(made, Reduction(reduction["op"][:40], reduction["width"], tuple(reduction["shape"])))
+
+
+def _where(largest: dict) -> tuple[int, str]:
+    """The line and code a measurement says made its largest tensor, if it
+    says so well-formed; else nothing (it shapes a message only)."""
+    where = largest.get("where")
+    first = where[0] if isinstance(where, list) and where and isinstance(where[0], dict) else {}
+    line, code = first.get("line"), first.get("code")
+    return (line, code[:200]) if type(line) is int and line > 0 and isinstance(code, str) else (0, "")

@@ -362,8 +362,9 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     ran = [check for check in checks if check.outcome != "skipped"]
     if not ran:
         return ExerciseResult(chapter, exercise, Status.FAILED, "no check ran (a grader problem)", checks)
+    noted = "; ".join(dict.fromkeys(check.note for check in ran if check.note))
     if not failed:
-        return ExerciseResult(chapter, exercise, Status.PASSED, f"{len(ran)} checks passed", checks)
+        return ExerciseResult(chapter, exercise, Status.PASSED, f"{len(ran)} checks passed", checks, noted)
     kinds = {check.kind for check in failed}
     first = failed[0]
     untouched = kinds == {Failure.NOT_IMPLEMENTED} and len(failed) == len(ran)
@@ -387,4 +388,4 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
     failing_uses = [name for name in exercise.uses if name in reached
                     and name in earlier and earlier[name].status != Status.PASSED]
     note = f"it uses {', '.join(failing_uses)}, which fails too" if failing_uses else ""
-    return ExerciseResult(chapter, exercise, Status.FAILED, reason, checks, note)
+    return ExerciseResult(chapter, exercise, Status.FAILED, reason, checks, "; ".join(filter(None, (note, noted))))

@@ -156,11 +156,14 @@ def processes_of(uid: int) -> int:
 # -- in the worker --------------------------------------------------------------
 
 
-def confine(policy: Policy, limits: Limits, inherited: int) -> Path:
+def confine(policy: Policy, limits: Limits, inherited: int, budget: int = 0) -> Path:
     """Confine this freshly forked worker; returns its scratch folder (its
     working directory from now on). ``inherited``: the address space it was
-    forked with, in bytes (0: unknown). Ends the process with
-    ``CONFINEMENT_FAILED`` when a layer ``policy.layers`` names fails."""
+    forked with, in bytes (0: unknown). ``budget``: memory it may map beyond
+    what it maps now, for the rest of its life (0: none but the limits'),
+    the kernel's count of a memory check (``BUDGET_COUNTED`` says where
+    there is one). Ends the process with ``CONFINEMENT_FAILED`` when a layer
+    ``policy.layers`` names fails."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # a group of its own: the terminal's Ctrl-C is the grader's
     scratch = Path(policy.scratch) / f"worker-{os.getpid()}"
@@ -175,7 +178,7 @@ def confine(policy: Policy, limits: Limits, inherited: int) -> Path:
         os._exit(CONFINEMENT_FAILED)  # rather no worker than student code running as root
     # Die with the fork server, never linger (after setuid, which clears it).
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    _set_limits(limits, inherited, policy.processes)
+    _set_limits(limits, inherited, policy.processes, budget)
     # Temporary files, caches (torch's, CUDA's) and the working directory:
     # all in the scratch folder, the one place the worker may write.
     for name in ("TMPDIR", "HOME"):
@@ -191,16 +194,24 @@ def confine(policy: Policy, limits: Limits, inherited: int) -> Path:
     return scratch
 
 
-def _set_limits(limits: Limits, inherited: int, processes: int) -> None:
-    """rlimits: a backstop for the grader's own deadlines and checks."""
+def _set_limits(limits: Limits, inherited: int, processes: int, budget: int) -> None:
+    """rlimits: a backstop for the grader's own deadlines and checks, and a
+    memory check's budget."""
     wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
               (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
               # Wall-clock deadlines are the grader's; this ends a worker whose grader is gone.
               (resource.RLIMIT_CPU, int(limits.check_seconds + limits.exercise_seconds) + 5)]
-    if limits.memory_bytes and inherited:
+    space = inherited + limits.memory_bytes if limits.memory_bytes and inherited else 0
+    if budget and BUDGET_COUNTED:
+        # Every mapping counts (shared ones too, unlike RLIMIT_DATA), taken from now
+        # on: no memory put aside beforehand can be reused, since no student code has run.
+        _one_mapping_per_large_allocation()
+        now = _address_space_now()
+        space = min(space, now + budget) if space else now + budget
+    if space:
         # The fork inherits torch's address space; allow that plus the budget.
         # (Not with CUDA: it reserves far more address space than it uses.)
-        wanted.append((resource.RLIMIT_AS, inherited + limits.memory_bytes))
+        wanted.append((resource.RLIMIT_AS, space))
     if os.getuid() != 0 and hasattr(resource, "RLIMIT_NPROC"):  # root is exempt from it
         wanted.append((resource.RLIMIT_NPROC, (processes or 1024) + MAX_EXTRA_PROCESSES))
     for kind, value in wanted:
@@ -211,6 +222,31 @@ def _set_limits(limits: Limits, inherited: int, processes: int) -> None:
     # Past the file-size limit a write fails with an error the student reads,
     # instead of a signal that kills the worker without a word.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+# Where the kernel enforces a limit on a process's address space and
+# /proc tells its size: a memory check's budget is counted there (Linux).
+BUDGET_COUNTED = sys.platform == "linux"
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc)
+_LARGE = 64 * 2**10  # bytes: an allocation this large gets a mapping of its own
+
+
+def _address_space_now() -> int:
+    """This process's address space (VmSize), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
+def _one_mapping_per_large_allocation() -> None:
+    """Large blocks are mapped when allocated and unmapped when freed (glibc),
+    rather than kept in a heap that grows with fragmentation: the address
+    space then follows what a call holds at once, and a budget measures that."""
+    with contextlib.suppress(AttributeError, OSError):  # not glibc: its own allocator, its own habits
+        _libc.mallopt(_M_MMAP_THRESHOLD, _LARGE)
+        _libc.mallopt(_M_TRIM_THRESHOLD, _LARGE)
 
 
 # -- Landlock -------------------------------------------------------------------

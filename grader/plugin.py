@@ -18,7 +18,7 @@ import pytest
 
 from grader import recorded
 from grader.catalog import Chapter
-from grader.compare import CheckFailure
+from grader.compare import CheckFailure, Noted
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
 from grader.outcomes import Failure
@@ -44,6 +44,7 @@ class CheckResult:
     summary: str = ""  # a mismatch in a few words: where, how large
     details: str = ""  # a grader error's traceback, for --verbose
     reached: tuple[str, ...] = ()  # the exercises it builds on that the check's calls ran
+    note: str = ""  # a passed check's note (``compare.note``): never a point
 
 
 def check_title(item: pytest.Item) -> str:
@@ -146,7 +147,7 @@ class GradingPlugin:
         if result.hint and result.hint not in self._hints_seen:
             self._hints_seen.append(result.hint)
         longrepr = None
-        if call.excinfo is not None:
+        if call.excinfo is not None and result.outcome != "passed":
             location = (str(item.path), (item.location[1] or 0) + 1)
             longrepr = result.message if result.outcome == "failed" else (*location, result.message)
         return pytest.TestReport(
@@ -164,6 +165,8 @@ class GradingPlugin:
             return result
         if isinstance(error, pytest.skip.Exception):
             result.outcome, result.message = "skipped", str(error)
+        elif isinstance(error, Noted):
+            result.note = error.message + (f" ({error.hint})" if error.hint else "")
         elif isinstance(error, CheckFailure):
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary

@@ -109,15 +109,7 @@ class DeviceTracker(TorchFunctionMode):
         return None if following else (stuck or [f for f in fixed if f is not None])[0]
 
     def _student_lines(self) -> list[dict]:
-        """The lines of the student's file on the stack, innermost first (at most 3)."""
-        lines = []
-        frame = sys._getframe(1)
-        while frame is not None and len(lines) < 3:
-            if frame.f_code.co_filename == self.filename:
-                code = linecache.getline(self.filename, frame.f_lineno).strip()
-                lines.append({"line": frame.f_lineno, "code": code[: wire.MAX_TEXT]})
-            frame = frame.f_back
-        return lines
+        return student_lines(self.filename)
 
     def problem(self, result: object) -> dict | None:
         """What would go wrong on a GPU, or None: ``{"kind": "mixed" or
@@ -130,6 +122,19 @@ class DeviceTracker(TorchFunctionMode):
                 if made is not None:
                     return {"kind": "returned", "line": 0, "code": "", "made": made}
         return None
+
+
+def student_lines(filename: str, most: int = 3) -> list[dict]:
+    """The lines of the student's file on the stack, innermost first:
+    ``[{"line": 12, "code": "mask = torch.ones(T, T)"}]``, at most ``most``."""
+    lines = []
+    frame = sys._getframe(1)
+    while frame is not None and len(lines) < most:
+        if frame.f_code.co_filename == filename:
+            code = linecache.getline(filename, frame.f_lineno).strip()
+            lines.append({"line": frame.f_lineno, "code": code[: wire.MAX_TEXT]})
+        frame = frame.f_back
+    return lines
 
 
 # -- in the grader ------------------------------------------------------------

@@ -154,7 +154,8 @@ class RemoteSubmission:
         return lambda *args, **kwargs: self.call(name, args, kwargs)
 
     def call(self, function: str, args: tuple, kwargs: dict, grad: dict | None = None,
-             module: ModuleCall | None = None, portability: bool = False, measure: bool = False):
+             module: ModuleCall | None = None, portability: bool = False, measure: bool = False,
+             budget: int = 0):
         """Run ``function(*args, **kwargs)`` in the exercise's worker.
 
         With ``grad`` (``{"wrt": [arg indices], "output": index or None,
@@ -171,7 +172,13 @@ class RemoteSubmission:
 
         With ``measure``, this returns ``(value, footprint)``: the largest
         tensor the call made (by the bytes of its storage, views not counted)
-        and the most entries one reduction of it combined (``footprint.Footprint``).
+        and the most entries one reduction of it combined (``footprint.Footprint``):
+        the worker's own account, for messages.
+
+        With ``budget`` (bytes), the call runs in a worker of its own that
+        may map that much beyond what it maps before the file's first
+        statement, as the kernel counts it (``isolation.BUDGET_COUNTED``): a
+        call that needs more fails with ``Failure.MEMORY``.
         """
         self.load(self._exercise or function)
         text = self.call_text(function, args, kwargs, module)
@@ -188,7 +195,7 @@ class RemoteSubmission:
             raise CheckFailure(f"{exercise} used up its time limit of "
                                f"{self.limits.exercise_seconds:g} s", Failure.TIMEOUT)
         try:
-            worker = self._worker_for(exercise)
+            worker = self._budget_worker(exercise, budget) if budget else self._worker_for(exercise)
         except WorkerDied as death:
             state.failure = _death_failure(text, death, "")
             raise state.failure from None
@@ -210,14 +217,18 @@ class RemoteSubmission:
         try:
             answer = worker.request(request, deadline)
         except WorkerDied as death:
+            if budget:  # a worker of its own: the exercise's goes on
+                raise _death_failure(text, death, limit) from None
             self._stop_worker()
             state.failure = _death_failure(text, death, limit)
             raise state.failure from None
         finally:
             state.spent += time.monotonic() - started
+            if budget:
+                worker.kill()
         if isinstance(answer.get("reached"), list):
             self.reached.update(name for name in answer["reached"] if isinstance(name, str))
-        value = self._read_answer(answer, function, text, args, kwargs, grad, module)
+        value = self._read_answer(answer, function, text, args, kwargs, grad, module, budget)
         if portability:
             expect_portable(text, answer.get("portability"), self.submission.where)
         if measure:
@@ -322,6 +333,16 @@ class RemoteSubmission:
             self._check_deadline += time.monotonic() - asked
         return self._worker
 
+    def _budget_worker(self, exercise: str, budget: int) -> Worker:
+        """A worker for one call under a memory budget, counted from before
+        the file's first statement runs in it."""
+        asked = time.monotonic()
+        server = self._preloaded if self._preloads(exercise) else self._fork_server()
+        worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
+                        forbidden=self._forbidden(exercise), budget=budget)
+        self._check_deadline += time.monotonic() - asked  # starting it is the grader's time
+        return worker
+
     def _preloads(self, exercise: str) -> bool:
         """Whether ``exercise``'s workers come from the preloaded copy."""
         return self._preloaded is not None and any(
@@ -334,10 +355,10 @@ class RemoteSubmission:
         self._worker_exercise = None
 
     def _read_answer(self, answer: dict, function: str, text: str, args: tuple, kwargs: dict,
-                     grad: dict | None, module: ModuleCall | None):
+                     grad: dict | None, module: ModuleCall | None, budget: int = 0):
         try:
             if not answer.get("ok"):
-                raise _error_failure(text, answer.get("error"), self.submission.where)
+                raise _error_failure(text, answer.get("error"), self.submission.where, budget)
             value = decode(answer.get("value"))
             _expect_device(text, answer.get("value"), self.device)
             after = decode(answer.get("args"))
@@ -399,9 +420,10 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _error_failure(text: str, error: object, locate=plain_line) -> CheckFailure:
+def _error_failure(text: str, error: object, locate=plain_line, budget: int = 0) -> CheckFailure:
     """The message for an exception raised inside the student's function;
-    ``locate(line)`` says where a line is (``line 12``, or a notebook cell)."""
+    ``locate(line)`` says where a line is (``line 12``, or a notebook cell);
+    ``budget``, the bytes the call could map (0: no budget but the limits')."""
     if not isinstance(error, dict):
         return CheckFailure(f"{text} failed", Failure.ERROR)
     kind = str(error.get("type", "Exception"))
@@ -417,6 +439,9 @@ def _error_failure(text: str, error: object, locate=plain_line) -> CheckFailure:
                                 Failure.FORBIDDEN)
         return CheckFailure(f"{text} calls {refused}{where}, which this exercise asks you to write yourself",
                             Failure.FORBIDDEN)
+    if kind == "MemoryError" and budget:
+        return CheckFailure(f"{text} needed more than {budget / 2**20:g} MiB at once{where}: "
+                            "the kernel refused the memory", Failure.MEMORY)
     if kind == "MemoryError":
         return CheckFailure(f"{text} ran out of memory{where}", Failure.MEMORY)
     if kind == "SystemExit":

@@ -131,14 +131,18 @@ class Worker:
             summary of what the file defined once done (used to probe a file).
         forbidden: what the worker refuses from its first statement on
             (``grader.refusals``): the catalog entry of the one exercise it serves.
+        budget: bytes the worker may map beyond what it maps before the
+            file's first statement, for its whole life (0: no budget but
+            the limits'): a memory check (``isolation.confine``).
     """
 
     def __init__(self, server: ForkServer, key: str, limits: Limits,
-                 skip: frozenset[int] = frozenset(), report: bool = False, forbidden: tuple[str, ...] = ()):
+                 skip: frozenset[int] = frozenset(), report: bool = False, forbidden: tuple[str, ...] = (),
+                 budget: int = 0):
         self.limits = limits
         self._server = server
         request = {"limits": dataclasses.asdict(limits), "skip": sorted(skip), "report": report,
-                   "forbidden": list(forbidden)}
+                   "forbidden": list(forbidden), "budget": budget}
         try:
             self.pid, self._to_child, self._from_child = server.spawn(key, request)
         except ForkServerError as error:

@@ -61,11 +61,11 @@ def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, w
         return None if payload is None else wire.load(header, payload)
 
     _quiet()
-    isolation.confine(policy, limits, inherited)
     try:
-        refusals.install(request["forbidden"])
+        refusals.install(request["forbidden"])  # first: a memory budget counts from after it
     except Exception:
         os._exit(isolation.CONFINEMENT_FAILED)  # rather no worker than one that refuses nothing
+    isolation.confine(policy, limits, inherited, request.get("budget", 0))
     if policy.readable:  # the staged submissions: a chapter may import an earlier chapter's file
         sys.path.insert(0, policy.readable[0])
     module = _run_statements(submission, skip, send, report)
@@ -178,7 +178,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
         kwargs = {key: _on(device, wire.decode(value)) for key, value in request["kwargs"].items()}
         grad = request.get("grad")
         tracker = DeviceTracker(filename) if request.get("portability") else None
-        measure = Measure() if request.get("measure") else None
+        measure = Measure(filename) if request.get("measure") else None
         try:
             recipe = request.get("module")
             recipe = ModuleCall.decode(recipe) if recipe is not None else None

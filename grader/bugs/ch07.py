@@ -29,15 +29,6 @@ BUGS = (
              "l = l * exp(m_old - m_new) + the block's sum of exp(x - m_new)",
              "l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)",
              "l = torch.exp(block - m_new[..., None]).sum(dim=-1)"),
-    KnownBug("online_softmax", "whole-row-at-once",
-             "looks like the max and the sum are taken over whole rows (two passes, as a plain "
-             "softmax does): right numbers, but online softmax keeps a running max and sum and "
-             "reads one block at a time",
-             "    for start in range(0, n, block_size):\n"
-             "        block = x[..., start : start + block_size]  # (..., block), shorter at the end\n",
-             "    m = x.amax(dim=-1)  # the whole row's max, then its sum: chapter 1's softmax\n"
-             "    l = torch.exp(x - m[..., None]).sum(dim=-1)\n"
-             "    for block in ():  # the running loop below never runs\n"),
     # -- tiled_attention ---------------------------------------------------------------------
     KnownBug("tiled_attention", "whole-score-matrix",
              "looks like the whole (L, S) score matrix is built at once, as in chapter 1: right "

@@ -23,7 +23,8 @@ import torch
 
 from grader import recorded
 from grader.catalog import find_chapter
-from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, unpack
+from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, shape_text, unpack
+from grader.isolation import BUDGET_COUNTED
 from grader.module_calls import ModuleCall, run_module_call
 from grader.outcomes import Failure
 
@@ -104,6 +105,44 @@ def run_measured(submission, name: str, *args, **kwargs):
     reduction) and the call's text."""
     value, footprint = submission.call(name, args, kwargs, measure=True)
     return value, footprint, submission.call_text(name, args, kwargs)
+
+
+def run_within(submission, budget: int, name: str, *args, hint: str | None = None, **kwargs):
+    """``(answer, call)`` of a call made in a worker of its own that may map
+    ``budget`` bytes beyond what it maps before the file's first statement,
+    as the kernel counts them: a call that needs more fails the check
+    (``Failure.MEMORY``, with ``hint``). The verdict is the kernel's; a
+    second run, measured by the worker itself, adds to the message which
+    tensor was the largest and where it was made. Where the kernel keeps no
+    such count (not Linux), the check is skipped, and says so."""
+    if not BUDGET_COUNTED:
+        pytest.skip("memory is counted by the kernel on Linux only: not measured on this system")
+    call = submission.call_text(name, args, kwargs)
+    try:
+        return submission.call(name, args, kwargs, budget=budget), call
+    except CheckFailure as failure:
+        if failure.kind != Failure.MEMORY:
+            raise
+        fail(failure.message + _largest_tensor(submission, name, args, kwargs, failure.message), Failure.MEMORY,
+             hint=hint)
+
+
+def _largest_tensor(submission, name: str, args: tuple, kwargs: dict, said: str) -> str:
+    """``"; its largest tensor was (1, 2048, 2048), made at line 12 (...)"``,
+    as the worker measures it without a budget; "" if it does not say.
+    ``said``: the message so far, which may name the line already."""
+    try:
+        largest = submission.call(name, args, kwargs, measure=True)[1].largest
+    except CheckFailure as failure:
+        largest = getattr(failure, "largest", None)  # a partial measurement (footprint.PartlyMeasured)
+    if largest is None:
+        return ""
+    where = submission.submission.where(largest.line) if largest.line else ""
+    if where and f"at {where} " in said + " ":
+        where = ", made on that line"
+    elif where:
+        where = f", made at {where}" + (f" ({largest.code})" if largest.code else "")
+    return f"; its largest tensor was {shape_text(largest.shape)}{where}"
 
 
 def portable(name: str, make_args):

@@ -14,34 +14,40 @@ the student's ``tiled_attention`` over two parts of the keys, put together
 by their ``merge_attention`` (skipped while ``tiled_attention`` is wrong,
 which its own checks say).
 
-The memory checks are the chapter's point: ``tiled_attention`` runs at
-T = 2048 while the worker records the largest tensor any operation of the
-call makes and its widest reduction (``RemoteSubmission.call(...,
-measure=True)``, ``grader.footprint``). An ``(L, S)`` score matrix, or an
-``(L, S)`` mask, fails with its shape; blocks of queries each scored against
-every key at once hold little memory but take a whole row's max and sum, and
-fail the check that no max, sum or product spans more than one block of
-keys. ``online_softmax`` returns a tensor as wide as its input, so what it
-must keep small is its reductions alone: no max or sum may combine more than
-one block of a row.
+The memory check is the chapter's point: ``tiled_attention`` at T = 2048
+runs in a worker of its own that may map 24 MiB beyond what it maps before
+the file's first statement, as the kernel counts it (``run_within``): the
+``(L, S)`` scores alone take 16 MiB, so building them fails, whatever the
+code does to hide it. Two more checks read the worker's own measure of
+every operation (``RemoteSubmission.call(..., measure=True)``,
+``grader.footprint``) and add a note, never a failure, since the student's
+code can change that measure: a tensor as large as ``(L, S)`` (a whole
+boolean mask fits the budget), and a max, sum or product over more than one
+block of keys (blocks of queries each scored against every key at once),
+or of a row for ``online_softmax``, whose output is as wide as its input.
 """
 
 import pytest
 import torch
 
 from grader.bugs.ch07 import BUGS
-from grader.checks import case_ids, exercise, Oracles, portability_check, portable, run, run_measured
-from grader.compare import CheckFailure, expect_close, fail, shape_text, unpack
+from grader.checks import case_ids, exercise, Oracles, portability_check, portable, run, run_measured, run_within
+from grader.compare import CheckFailure, expect_close, note, shape_text, unpack
 
 # PyTorch's softmax and attention (grader/oracles/ch07.py).
 oracles = Oracles("ch07")
 
 WHOLE_MATRIX_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-score-matrix")
-WHOLE_ROW_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-row-at-once")
+# Two passes over whole rows: the right numbers, which no check can tell from an online
+# softmax's (nor can the kernel: both hold the row they are given). Only the worker's own
+# measure sees it, so it is a note, and no known bug (verify proves those caught).
+WHOLE_ROW_HINT = ("looks like the max and the sum are taken over whole rows (two passes, as a plain "
+                  "softmax does): right numbers, but online softmax keeps a running max and sum and "
+                  "reads one block at a time")
 # Blocks of queries, each scored against every key at once with a whole-row softmax: the
-# right numbers in little memory, but no online softmax. No one-line edit of the reference
-# writes it, so it is no known bug (nor would a lookalike help: its numbers are right); its
-# hint is here, and tests/test_ch07_memory_efficient_attention.py grades the code.
+# right numbers in little memory, but no online softmax. Only the worker's own measure sees
+# it (a block of queries against every key holds no more than a block of keys against every
+# query), so it is a note; tests/test_ch07_memory_efficient_attention.py grades the code.
 QUERY_BLOCKS_HINT = ("looks like the queries are taken a block at a time, each block against every key at "
                      "once (a whole-row softmax per block of queries): right numbers in little memory, but "
                      "not an online softmax; loop over blocks of keys, carrying a running max, sum and "
@@ -111,15 +117,15 @@ def test_online_softmax_large_logits(submission, bugs, inputs):
 
 @exercise("online_softmax")
 def test_online_softmax_reads_one_block_at_a_time(submission, inputs):
-    """takes each max and sum over one block of a row, never over the whole row at once"""
+    """reads one block of a row at a time (a note, from the worker's own measure: it costs no point)"""
     x, block_size = inputs.randn(4, 1000), 64
     got, footprint, call = run_measured(submission, "online_softmax", x, block_size)
+    expect_close(got, oracles.softmax(x), call, reference="torch.softmax(x, dim=-1)")
     widest = footprint.reduction
     if widest.width > block_size:
-        fail(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
-             f"(of a {shape_text(widest.shape)} tensor); the running max and sum read one block of "
-             f"{block_size} at a time", hint=WHOLE_ROW_HINT)
-    expect_close(got, oracles.softmax(x), call, reference="torch.softmax(x, dim=-1)")
+        note(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
+             f"(of a {shape_text(widest.shape)} tensor); online softmax reads one block of {block_size} "
+             "at a time", hint=WHOLE_ROW_HINT)
 
 
 # -- tiled_attention -----------------------------------------------------------------------
@@ -215,24 +221,22 @@ def test_tiled_large_logits(submission, bugs, inputs, causal):
                   reference=_causal_text(causal, 6, 10), rtol=1e-2)
 
 
-def _piece_budget(length: int, block_size: int) -> int:
-    """The most numbers one tensor of tiled attention may hold: an (L, block) piece of
-    the scores, with room to spare."""
-    return 2 * length * block_size
+# What tiled attention at T = 2048 (d = 16, blocks of 128) may map beyond what its worker
+# maps before the file runs, as the kernel counts it. Measured on Linux with torch 2.13:
+# the reference needs 5 MiB, the correct-style corpus at most 12 MiB (float64 and einsum,
+# a first matrix product's buffers included); the (L, S) scores alone take 16 MiB, and the
+# whole-matrix known bug needs 50. Half way, in ratio, between the two.
+MEMORY_BUDGET = 24 * 2**20
 
 
 @exercise("tiled_attention")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
-    """at T = 2048 with blocks of 128, makes no tensor larger than (L, block) pieces: never (L, S)"""
+    """at T = 2048 with blocks of 128, needs no more than 24 MiB of memory, as the kernel counts it (the (L, S) scores alone take 16 MiB)"""
     length, block_size = 2048, 128
     q, k, v = (inputs.randn(1, length, 16) for _ in range(3))
-    got, footprint, call = run_measured(submission, "tiled_attention", q, k, v, block_size, causal=causal)
-    largest = footprint.largest
-    if largest.numel > _piece_budget(length, block_size):
-        fail(f"{call} built a {shape_text(largest.shape)} tensor ({largest.numel:,} numbers); tiled "
-             f"attention keeps at most {shape_text((length, block_size))} at a time "
-             f"({length * block_size:,} scores)", hint=WHOLE_MATRIX_HINT)
+    got, call = run_within(submission, MEMORY_BUDGET, "tiled_attention", q, k, v, block_size, causal=causal,
+                           hint=WHOLE_MATRIX_HINT)
     _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
                   reference=_causal_text(causal, length, length))
 
@@ -240,21 +244,24 @@ def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
 @exercise("tiled_attention")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tiled_reads_the_keys_block_by_block(submission, inputs, causal):
-    """at T = 2048 with blocks of 128, no max, sum or product spans more keys than one block"""
-    length, width, block_size = 2048, 16, 128
+    """reads the keys one block at a time (a note, from the worker's own measure: it costs no point)"""
+    length, width, block_size = 512, 16, 64
     q, k, v = (inputs.randn(1, length, width) for _ in range(3))
     got, footprint, call = run_measured(submission, "tiled_attention", q, k, v, block_size, causal=causal)
-    if footprint.largest.numel > _piece_budget(length, block_size):
-        pytest.skip("the call builds the whole score matrix: the check on its largest tensor says so")
+    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
+                  reference=_causal_text(causal, length, length))
+    largest = footprint.largest
+    if largest.numel >= length * length:
+        where = f" at {submission.submission.where(largest.line)}" if largest.line else ""
+        note(f"{call} made a {shape_text(largest.shape)} tensor{where}, as large as the whole (L, S) "
+             "scores; tiled attention keeps (L, block) pieces", hint=WHOLE_MATRIX_HINT)
     widest = footprint.reduction
     # A block's scores sum over the features, its weights @ values over its keys.
     if widest.width > max(block_size, width):
-        fail(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
+        note(f"{call} ran {_OPERATIONS.get(widest.op, widest.op)} over {widest.width:,} numbers at once "
              f"(of a {shape_text(widest.shape)} tensor); tiled attention reads the keys {block_size} at "
              f"a time: each max and sum of scores, and each weights @ values, over one block of keys, "
              f"with a running max and sum carried from block to block", hint=QUERY_BLOCKS_HINT)
-    _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
-                  reference=_causal_text(causal, length, length))
 
 
 # -- merge_attention -----------------------------------------------------------------------
