@@ -1,25 +1,30 @@
 """Would the student's code run on a GPU? Found on any machine.
 
-``DeviceTracker`` runs in the worker: a torch-function mode that follows
-which tensors are made on a fixed device (``torch.ones(T, T)`` without
-``device=``) and records the first place where such a tensor meets the
-inputs. ``expect_portable`` reads what it found, in the grader, and turns it
-into the sentence the student reads.
+The verdict is PyTorch's: a portability check runs the call with its
+inputs on ``meta`` (or on the GPU being graded), where a tensor made on the
+CPU that meets them raises, as on a GPU, and ``judge`` reads what came back.
+``DeviceTracker`` runs in the worker beside it: a torch-function mode that
+follows which tensors are made on a fixed device (``torch.ones(T, T)``
+without ``device=``) and records the first place where such a tensor meets
+the inputs, for the sentence the student reads; being the worker's own
+account, it never decides a point.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import linecache
 import sys
+import types
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from grader import wire
-from grader.compare import fail
+from grader.compare import fail, note
 from grader.outcomes import Failure
-from grader.wire import flatten
+from grader.wire import devices, flatten
 
 # -- in the worker ------------------------------------------------------------
 
@@ -74,8 +79,9 @@ class DeviceTracker(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        result = func(*args, **kwargs)
+        # Before the call: a mix that makes it raise (on meta, on a GPU) is recorded too.
         made = self._where_made(getattr(func, "__name__", ""), args, kwargs)
+        result = func(*args, **kwargs)
         for output in flatten(result):
             if isinstance(output, torch.Tensor) and not isinstance(output, torch.nn.Parameter):
                 with contextlib.suppress(AttributeError, RuntimeError):
@@ -124,6 +130,26 @@ class DeviceTracker(TorchFunctionMode):
         return None
 
 
+def spare_meta_runs_the_dynamo_import() -> None:
+    """Let meta runs start in milliseconds, not seconds: call once in a
+    process before it forks workers.
+
+    Many of torch's meta kernels are Python functions wrapped by
+    ``torch._compile._disable_dynamo``, whose first call imports
+    ``torch._dynamo`` (a second or more) only to mark the function as one
+    that dynamo should not trace. Outside ``torch.compile`` that mark
+    changes nothing, so each wrapped function is given itself as its
+    marked version, the cache the wrapper looks in first.
+    """
+    wrapper = torch._compile._disable_dynamo(lambda: None).__code__
+    for found in gc.get_objects():
+        if type(found) is types.FunctionType and found.__code__ is wrapper and found.__closure__:
+            function = found.__closure__[wrapper.co_freevars.index("fn")].cell_contents
+            with contextlib.suppress(AttributeError, TypeError):
+                if getattr(function, "__dynamo_disable", None) is None:
+                    function.__dynamo_disable = function
+
+
 def student_lines(filename: str, most: int = 3) -> list[dict]:
     """The lines of the student's file on the stack, innermost first:
     ``[{"line": 12, "code": "mask = torch.ones(T, T)"}]``, at most ``most``."""
@@ -144,25 +170,73 @@ def plain_line(line: int) -> str:
     return f"line {line}"
 
 
-def expect_portable(text: str, problem: object, locate=plain_line) -> None:
-    """Fail with what the worker's device tracking found would go wrong on a GPU."""
-    if not isinstance(problem, dict):
+# How PyTorch words a call that mixes devices, on meta and on a GPU.
+_MIXED = ("is not on the expected device", "Expected all tensors to be on the same device",
+          "found at least two devices")
+
+
+def device_for(graded: str) -> str:
+    """Where a portability check runs a call: on a GPU being graded, there;
+    on the CPU, ``meta``, which refuses what a GPU refuses (a tensor with
+    dimensions made on the CPU meeting the inputs) and computes no values."""
+    return "meta" if torch.device(graded).type == "cpu" else graded
+
+
+def judge(text: str, answer: dict, device: str, locate=plain_line) -> None:
+    """The verdict on a call made with its inputs on ``device``
+    (``device_for``), from what came back: a call that raised a device
+    mismatch, or returned a tensor elsewhere, fails (``Failure.DEVICE``).
+    The worker's device tracking (``answer["portability"]``) says where,
+    in the message only. A call that could not run there for another
+    reason (an operator without a meta kernel, ``.item()`` on a value that
+    meta does not have) passes with a note: not knowing costs no point.
+    An answer a worker made up fools only this check's message."""
+    problem = answer.get("portability")
+    if answer.get("ok"):
+        kind = torch.device(device).type
+        if any(torch.device(where).type != kind for where in devices(answer.get("value"))):
+            fail(_sentence(text, problem if _kind(problem) == "returned" else {"kind": "returned"}, locate),
+                 Failure.DEVICE)
+        if _kind(problem) == "mixed":  # a mix meta lets through (a matrix product): only the worker saw it
+            note(_sentence(text, problem, locate))
         return
-    made = problem.get("made") if isinstance(problem.get("made"), list) else []
-    lines = [line for line in (_line_text(frame, locate) for frame in made) if line]
+    error = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+    message = " ".join(str(error.get("message", "")).split())
+    if any(words in message for words in _MIXED):
+        fail(_sentence(text, problem, locate) if _kind(problem) == "mixed" else
+             f"{text} would fail on a GPU: {message[:300]}; {_ADVICE}", Failure.DEVICE)
+    said = f"{error.get('type', 'an error')}: {message[:200]}" if message else str(error.get("type", "an error"))
+    found = f"; {_sentence(text, problem, locate)}" if _kind(problem) else ""
+    note(f"{text} could not run with its inputs on the {device} device ({said}), so whether it would "
+         f"run on a GPU is not known{found}")
+
+
+_ADVICE = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
+
+
+def _kind(problem: object) -> str | None:
+    return problem.get("kind") if isinstance(problem, dict) and problem.get("kind") in ("mixed", "returned") else None
+
+
+def _sentence(text: str, problem: dict, locate=plain_line) -> str:
+    """What would go wrong on a GPU, in words, with what the tracker's
+    ``problem`` says of where (nothing, where it says nothing)."""
+    made = problem.get("made") if isinstance(problem.get("made"), list) else None
+    lines = [line for line in (_line_text(frame, locate) for frame in made or ()) if line]
     where = _line_text(problem, locate)
-    if lines and lines[0] == where:
+    if made is None:
+        origin = ""
+    elif lines and lines[0] == where:
         origin = "it makes on the CPU itself"
     elif lines:
         origin = f"made on the CPU at {lines[0]}" + "".join(f", called from {line}" for line in lines[1:])
     else:
         origin = "made on the CPU when your file was imported"
-    advice = "make new tensors on the inputs' device (device=x.device), or on the device asked for"
     if problem.get("kind") == "returned":
-        fail(f"{text} would return a tensor on the CPU when run on a GPU: it is {origin}; {advice}",
-             Failure.DEVICE)
-    fail(f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
-         f"{origin}; {advice}", Failure.DEVICE)
+        return (f"{text} would return a tensor on the CPU when run on a GPU"
+                + (f": it is {origin}" if origin else "") + f"; {_ADVICE}")
+    return (f"{text} would fail on a GPU: {where or 'your code'} mixes the inputs with a tensor "
+            f"{origin or 'made on the CPU'}; {_ADVICE}")
 
 
 def _line_text(where: object, locate=plain_line) -> str:

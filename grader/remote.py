@@ -25,7 +25,7 @@ from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.outcomes import Failure
-from grader.portability import expect_portable, plain_line
+from grader.portability import device_for, judge, plain_line
 from grader.refusals import REFUSED
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
 from grader.static_scan import Scan, refusal_message
@@ -165,10 +165,11 @@ class RemoteSubmission:
         With ``module``, ``function`` names an ``nn.Module`` class: the worker
         builds it as the recipe says and calls it with ``args`` and ``kwargs``.
 
-        With ``portability``, the worker also follows which tensors the call
-        makes on a fixed device (``torch.ones(T, T)`` without ``device=``),
-        and a ``CheckFailure`` of kind ``Failure.DEVICE`` says where code would fail,
-        or answer on the CPU, on a GPU: on any machine.
+        With ``portability``, the call runs with its inputs on
+        ``portability.device_for(device)`` (``meta`` on the CPU) and is judged
+        by what comes back (``portability.judge``): a ``CheckFailure`` of kind
+        ``Failure.DEVICE`` says where code would fail, or answer on the CPU,
+        on a GPU; on any machine. It returns nothing.
 
         With ``measure``, this returns ``(value, footprint)``: the largest
         tensor the call made (by the bytes of its storage, views not counted)
@@ -203,11 +204,12 @@ class RemoteSubmission:
         deadline = min(self._check_deadline, started + budget_left)
         limit = (f"{self.limits.check_seconds:g} s" if deadline == self._check_deadline
                  else f"the {self.limits.exercise_seconds:g} s limit of the whole exercise")
+        device = device_for(self.device) if portability else self.device
         request = {
             "function": function,
             "args": encode(list(args)),
             "kwargs": {key: encode(value) for key, value in kwargs.items()},
-            "device": self.device,
+            "device": device,
             "portability": portability,
             "measure": measure,
             "grad": grad,
@@ -228,9 +230,9 @@ class RemoteSubmission:
                 worker.kill()
         if isinstance(answer.get("reached"), list):
             self.reached.update(name for name in answer["reached"] if isinstance(name, str))
+        if portability and not self._failed_as_anywhere(answer):
+            return judge(text, answer, device, self.submission.where)
         value = self._read_answer(answer, function, text, args, kwargs, grad, module, budget)
-        if portability:
-            expect_portable(text, answer.get("portability"), self.submission.where)
         if measure:
             return value, footprint.parse(text, answer.get("footprint"))
         return value
@@ -353,6 +355,16 @@ class RemoteSubmission:
             self._worker.kill()
         self._worker = None
         self._worker_exercise = None
+
+    @staticmethod
+    def _failed_as_anywhere(answer: dict) -> bool:
+        """Did the call fail in a way no device explains: a refusal, or a
+        ``NotImplementedError`` of the student's own (the stub's)?"""
+        error = answer.get("error") if not answer.get("ok") and isinstance(answer.get("error"), dict) else None
+        if error is None:
+            return False
+        message = str(error.get("message", ""))
+        return message.endswith(REFUSED) or error.get("type") == "NotImplementedError" and "meta" not in message.lower()
 
     def _read_answer(self, answer: dict, function: str, text: str, args: tuple, kwargs: dict,
                      grad: dict | None, module: ModuleCall | None, budget: int = 0):

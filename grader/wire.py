@@ -270,6 +270,8 @@ def devices(node: object) -> set[str]:
     if isinstance(node, dict):
         if node.get("kind") == "tensor":
             found.add(str(node.get("device")))
+        elif node.get("kind") == "meta":
+            found.add("meta")
         for item in node.get("items") or ():
             found |= devices(item)
         if node.get("kind") == "module":  # a returned model's parameters

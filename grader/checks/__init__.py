@@ -27,6 +27,7 @@ from grader.compare import CheckFailure, describe, expect_close, fail, matching_
 from grader.isolation import BUDGET_COUNTED
 from grader.module_calls import ModuleCall, run_module_call
 from grader.outcomes import Failure
+from grader.portability import device_for
 
 exercise = pytest.mark.exercise
 
@@ -93,9 +94,13 @@ def run_module(submission, name: str, recipe: ModuleCall, *args, **kwargs):
 
 
 def expect_portable(submission, name: str, *args, module: ModuleCall | None = None, **kwargs) -> None:
-    """Call ``name`` while the worker follows its tensors: code that makes a
-    tensor on a fixed device (``torch.ones(T, T)`` without ``device=``) and
-    mixes it with the inputs would fail on a GPU. Found on any machine."""
+    """Call ``name`` with its inputs on a device that refuses what a GPU
+    refuses (``meta``, or the GPU being graded): code that makes a tensor on
+    a fixed device (``torch.ones(T, T)`` without ``device=``) and mixes it
+    with the inputs fails there, or answers off it. A ``device`` argument
+    is that device, as a check's ``device=submission.device`` is elsewhere."""
+    if "device" in kwargs:
+        kwargs["device"] = device_for(submission.device)
     submission.call(name, args, kwargs, module=module, portability=True)
 
 
@@ -158,7 +163,7 @@ def portability_check(cases: list):
 
     @pytest.mark.parametrize("name, make_args", cases)
     def check(submission, inputs, name, make_args):
-        """would run on a GPU too: makes no tensor on a fixed device (e.g. without device=)"""
+        """would run on a GPU too: runs with its inputs on meta, where a tensor made on the CPU cannot meet them"""
         args, kwargs = make_args(inputs)
         expect_portable(submission, name, *args, **kwargs)
 
