@@ -128,22 +128,26 @@ def softmax(x, dim=-1):
     assert SUBCLASS_NOT_MADE in message or ("max abs error" in message and "got 0" in message)
 
 
-@pytest.mark.parametrize("function, definition, called", [
-    ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax"),
-    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.Tensor.softmax"),
+@pytest.mark.parametrize("function, definition, refused, noted", [
+    ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax", "torch.softmax"),
+    # A method: the source cannot tell a tensor's from another object's, so no note; the dispatcher can.
+    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.softmax", None),
     ("softmax", "def softmax(x, dim=-1):\n    return torch.nn.functional.log_softmax(x, dim).exp()\n",
-     "torch.nn.functional.log_softmax"),
+     "torch.nn.functional.log_softmax", "torch.nn.functional.log_softmax"),
     ("scaled_dot_product_attention", '''
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     import torch.nn.functional as F
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
-''', "torch.nn.functional.scaled_dot_product_attention"),
+''', "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
 ], ids=["torch.softmax", "Tensor.softmax", "log_softmax", "F.sdpa"])
-def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, called):
+def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, refused, noted):
     report = grade_source(replace_function(SOLUTION, function, definition))
     message = assert_fails_alone(report, function)
-    assert f"calls {called}, which this exercise asks you to write yourself" in message
+    assert f") calls {refused}" in message
+    assert message.endswith(", which this exercise asks you to write yourself")
+    note = result_of(report, function).note
+    assert (f"calls {noted}, which this exercise asks you to write yourself" in note) if noted else note == ""
 
 
 def test_a_forbidden_call_on_a_branch_no_check_takes_costs_nothing_and_is_noted(grade_source):
@@ -215,23 +219,31 @@ def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_pro
 ''')
     report = grade_source(source, chapter="ch03")
     message = assert_fails_alone(report, "torch_multihead_forward", find_chapter("ch03"))
-    # At run time, by the function the module calls; in the source, by the module's name.
-    assert "calls torch.nn.functional.multi_head_attention_forward, which this exercise asks you to write " \
-           "yourself" in message
+    assert ") calls torch.nn.MultiheadAttention" in message
+    assert message.endswith(", which this exercise asks you to write yourself")
     assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in \
         result_of(report, "torch_multihead_forward").note
 
 
-def test_catching_the_refusal_does_not_help(grade_source):
-    source = replace_function(SOLUTION, "softmax", '''
-def softmax(x, dim=-1):
-    try:
-        return torch.softmax(x, dim)
-    except RuntimeError:
-        exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
-        return exps / exps.sum(dim=dim, keepdim=True)
-''')
-    assert "calls torch.softmax" in assert_fails_alone(grade_source(source), "softmax")
+@pytest.mark.parametrize("fallback, passes", [
+    ("        exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+     "        return exps / exps.sum(dim=dim, keepdim=True)\n", True),
+    ("        return x\n", False),
+], ids=["own-softmax", "wrong-value"])
+def test_a_caught_refusal_is_judged_by_what_the_call_returns(grade_source, fallback, passes):
+    # The refused call computed nothing: what comes back is the student's own
+    # code's, right or wrong. The source still gets its note.
+    definition = ("def softmax(x, dim=-1):\n    try:\n        return torch.softmax(x, dim)\n"
+                  "    except RuntimeError:\n" + fallback)
+    source = replace_function(SOLUTION, "softmax", definition)
+    line = source.splitlines().index("        return torch.softmax(x, dim)") + 1
+    report = grade_source(source)
+    if passes:
+        assert report.passed
+    else:
+        assert "max abs error" in assert_fails_alone(report, "softmax")
+    assert result_of(report, "softmax").note == (f"line {line} calls torch.softmax, which this exercise asks "
+                                                 "you to write yourself")
 
 
 def test_other_exercises_may_use_torch_softmax(grade_source):
@@ -304,10 +316,11 @@ def softmax(x, dim=-1):
 ], ids=["DisableTorchFunction", "pop-mode", "torch.ops", "aten-by-name", "torch-function-disabled",
         "alias", "importlib"])
 def test_torch_internals_do_not_reach_around_the_refusal(grade_source, body):
-    # Nothing here is refused for being read: the forbidden op is, where it runs.
+    # Nothing here is refused for being read: the forbidden op is, where it
+    # runs (or the trick fails by itself: there is no mode left to pop).
     report = grade_source(replace_function(SOLUTION, "softmax", "def softmax(x, dim=-1):\n" + body))
     assert_fails_alone(report, "softmax")
-    assert result_of(report, "softmax").failed_checks[0].kind == "forbidden"
+    assert result_of(report, "softmax").failed_checks[0].kind in ("forbidden", "error")
 
 
 def test_scaled_dot_product_attention_reached_around_the_check_is_refused(grade_source):
