@@ -1,14 +1,15 @@
-"""Note, without running it, where an exercise's own code names what it asks
-the student to write. A note, never a point.
+"""Notes where an exercise's own code names what it asks the student to
+write, read from the source without running it: a note, never a point.
 
 What decides points is what runs: a forbidden call is refused when it is
-made, in the worker (``grader.guards``), and the operating system
-(``grader.isolation``) is what keeps student code in its place. This scan
-only tells a student more: it reads the syntax tree in the grader and, where
-an exercise's code names one of its forbidden functions, also on a branch
-no check's input takes, adds one note to that exercise's verdict ("line 12
-calls torch.softmax, which this exercise asks you to write yourself"). It
-never fails a check, whatever the file imports or reaches.
+made, at torch's dispatcher in the worker (``grader.refusals``), and the
+operating system (``grader.isolation``) is what keeps student code in its
+place. This scan only tells a student more: it reads the syntax tree in the
+grader and, where an exercise's code names one of its forbidden functions,
+also on a branch no check's input takes, adds one note to that exercise's
+verdict ("line 12 calls torch.softmax, which this exercise asks you to
+write yourself"). It never fails a check, whatever the file imports or
+reaches.
 
 * It reads the exercise's own code: its definition and the file's
   functions and classes it uses, directly or not. Code under ``if __name__
@@ -48,7 +49,7 @@ class Finding(NamedTuple):
 
     line: int
     name: str
-    called: bool = True
+    called: bool
 
 
 def notes(chapter: Chapter, submission: Submission, only: set[str] | None = None) -> dict[str, str]:
