@@ -211,14 +211,16 @@ def _sum_up(chapter: Chapter, results: list[CheckResult], only: set[str] | None,
             source_notes: dict[str, str]) -> list[ExerciseResult]:
     """The verdict on each of the chapter's exercises that was checked, in
     catalog order (an exercise's note may name an earlier one that fails),
-    with what ``source_notes`` says of it added to its note."""
+    with what ``source_notes`` says of it added to its note, unless a check
+    already failed on a refused call: its message names the call and the line."""
     verdicts: dict[str, ExerciseResult] = {}
     for exercise in chapter.exercises:
         if only is not None and exercise.name not in only:
             continue
         checks = [r for r in results if r.chapter == chapter.id and r.exercise == exercise.name]
         verdict = _verdict(chapter, exercise, checks, verdicts)
-        if exercise.name in source_notes:
+        refused = any(check.kind == Failure.FORBIDDEN for check in verdict.failed_checks)
+        if exercise.name in source_notes and not refused:
             verdict.note = "; ".join(filter(None, (verdict.note, source_notes[exercise.name])))
         verdicts[exercise.name] = verdict
     return list(verdicts.values())

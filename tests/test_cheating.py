@@ -128,26 +128,25 @@ def softmax(x, dim=-1):
     assert SUBCLASS_NOT_MADE in message or ("max abs error" in message and "got 0" in message)
 
 
-@pytest.mark.parametrize("function, definition, refused, noted", [
-    ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax", "torch.softmax"),
-    # A method: the source cannot tell a tensor's from another object's, so no note; the dispatcher can.
-    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.softmax", None),
+@pytest.mark.parametrize("function, definition, refused", [
+    ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax"),
+    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.softmax"),
     ("softmax", "def softmax(x, dim=-1):\n    return torch.nn.functional.log_softmax(x, dim).exp()\n",
-     "torch.nn.functional.log_softmax", "torch.nn.functional.log_softmax"),
+     "torch.nn.functional.log_softmax"),
     ("scaled_dot_product_attention", '''
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     import torch.nn.functional as F
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
-''', "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+''', "torch.nn.functional.scaled_dot_product_attention"),
 ], ids=["torch.softmax", "Tensor.softmax", "log_softmax", "F.sdpa"])
-def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, refused, noted):
+def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, refused):
     report = grade_source(replace_function(SOLUTION, function, definition))
     message = assert_fails_alone(report, function)
     assert f") calls {refused}" in message
     assert message.endswith(", which this exercise asks you to write yourself")
-    note = result_of(report, function).note
-    assert (f"calls {noted}, which this exercise asks you to write yourself" in note) if noted else note == ""
+    # The refusal names the call and its line: the source's note would say it again.
+    assert result_of(report, function).note == ""
 
 
 def test_a_forbidden_call_on_a_branch_no_check_takes_costs_nothing_and_is_noted(grade_source):
@@ -169,27 +168,33 @@ def test_a_forbidden_call_on_a_branch_no_check_takes_costs_nothing_and_is_noted(
     assert test["score"] == test["max_score"] and test["output"].endswith(f"\nnote: {note}")
 
 
-@pytest.mark.parametrize("definition, called, line", [
+OWN_SOFTMAX = ("    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+               "    return exps / exps.sum(dim=dim, keepdim=True)\n")
+
+
+@pytest.mark.parametrize("definition, written, called", [
     # Imported under another name, inside the function.
-    ("def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as smooth\n"
-     "    return smooth(x, dim)\n", "torch.nn.functional.softmax", 3),
+    ("def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as smooth\n    if x.dim() > 50:\n"
+     "        return smooth(x, dim)\n" + OWN_SOFTMAX, "return smooth(x, dim)", "torch.nn.functional.softmax"),
     # Through a helper of the file.
     ("def _normalise(x, dim):\n    import torch.nn.functional as F\n    return F.softmax(x, dim)\n\n"
-     "def softmax(x, dim=-1):\n    return _normalise(x, dim)\n", "torch.nn.functional.softmax", 3),
+     "def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return _normalise(x, dim)\n" + OWN_SOFTMAX,
+     "return F.softmax(x, dim)", "torch.nn.functional.softmax"),
     # Through an alias of the module, or a name spelled in pieces.
-    ("def softmax(x, dim=-1):\n    T = torch\n    return T.softmax(x, dim)\n", "torch.softmax", 3),
-    ("def softmax(x, dim=-1):\n    return getattr(torch, \"soft\" + \"max\")(x, dim)\n", "torch.softmax", 2),
+    ("def softmax(x, dim=-1):\n    T = torch\n    if x.dim() > 50:\n        return T.softmax(x, dim)\n" + OWN_SOFTMAX,
+     "return T.softmax(x, dim)", "torch.softmax"),
+    ("def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return getattr(torch, \"soft\" + \"max\")(x, dim)\n"
+     + OWN_SOFTMAX, "return getattr(torch", "torch.softmax"),
 ], ids=["renamed-import", "helper", "alias", "name-in-pieces"])
-def test_a_forbidden_call_is_refused_when_it_runs_and_noted_where_it_is_written(grade_source, definition, called,
-                                                                                line):
+def test_the_note_finds_a_forbidden_call_through_imports_aliases_and_helpers(grade_source, definition, written,
+                                                                             called):
+    # On a branch no check's input takes: only reading the source finds it, and it costs nothing.
     source = replace_function(SOLUTION, "softmax", definition)
     report = grade_source(source)
-    message = assert_fails_alone(report, "softmax")
-    assert message.startswith("softmax(x ")  # the call that ran
-    assert message.endswith("which this exercise asks you to write yourself")
-    start = source.splitlines().index(definition.splitlines()[0]) + 1
-    assert result_of(report, "softmax").note == (f"line {start + line - 1} calls {called}, which this exercise "
-                                                 "asks you to write yourself")
+    assert report.passed
+    line = next(number for number, text in enumerate(source.splitlines(), start=1) if written in text)
+    assert result_of(report, "softmax").note == (f"line {line} calls {called}, which this exercise asks you to "
+                                                 "write yourself")
 
 
 def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
@@ -221,8 +226,6 @@ def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_pro
     message = assert_fails_alone(report, "torch_multihead_forward", find_chapter("ch03"))
     assert ") calls torch.nn.MultiheadAttention" in message
     assert message.endswith(", which this exercise asks you to write yourself")
-    assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in \
-        result_of(report, "torch_multihead_forward").note
 
 
 @pytest.mark.parametrize("fallback, passes", [
@@ -331,14 +334,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
         out = getattr(functional, "scaled_dot_product_" + "attention")(q, k, v, attn_mask=mask, scale=scale)
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
 '''
-    source = replace_function(SOLUTION, "scaled_dot_product_attention", definition)
-    line = source.splitlines().index(definition.splitlines()[1]) + 4
-    report = grade_source(source)
+    report = grade_source(replace_function(SOLUTION, "scaled_dot_product_attention", definition))
     assert_fails_alone(report, "scaled_dot_product_attention")
     assert result_of(report, "scaled_dot_product_attention").failed_checks[0].kind == "forbidden"
-    assert result_of(report, "scaled_dot_product_attention").note == (
-        f"line {line} calls torch.nn.functional.scaled_dot_product_attention, which this exercise asks you to "
-        "write yourself")
 
 
 def test_an_object_that_pretends_to_be_a_tensor_is_judged_as_what_it_is(grade_source):
