@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import reaping, recorded
+from grader import reaping, recorded, static_scan
 from grader.catalog import CHECKS_DIR, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
@@ -55,7 +55,7 @@ class ExerciseResult:
     status: Status
     reason: str  # one line for a table
     checks: list[CheckResult]
-    note: str = ""  # e.g. that an exercise it builds on fails too
+    note: str = ""  # e.g. that an exercise it builds on fails too; never a point
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # its word will do: "passed" is Status.PASSED
@@ -121,7 +121,9 @@ def grade(
         found = _check_chapters([chapter for chapter, _ in targets], parsed, run, jobs)
     results = [result for chapter_results, _ in found for result in chapter_results]
     notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
-    exercises = [verdict for chapter, _ in targets for verdict in _sum_up(chapter, results, only)]
+    exercises = [verdict for chapter, _ in targets
+                 for verdict in _sum_up(chapter, results, only,
+                                        _source_notes(chapter, parsed[chapter.id], only))]
     return GradeReport(exercises, notes, time.perf_counter() - started, run.seed, str(device))
 
 
@@ -198,15 +200,29 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
         reaping.stop_descendants(spare=before)
 
 
-def _sum_up(chapter: Chapter, results: list[CheckResult], only: set[str] | None) -> list[ExerciseResult]:
+def _source_notes(chapter: Chapter, parsed: Submission | SubmissionError,
+                  only: set[str] | None) -> dict[str, str]:
+    """What the static scan notes on the chapter's exercises (a forbidden
+    call in their source), by exercise: a note, never a point."""
+    return static_scan.notes(chapter, parsed, only) if isinstance(parsed, Submission) else {}
+
+
+def _sum_up(chapter: Chapter, results: list[CheckResult], only: set[str] | None,
+            source_notes: dict[str, str]) -> list[ExerciseResult]:
     """The verdict on each of the chapter's exercises that was checked, in
-    catalog order (an exercise's note may name an earlier one that fails)."""
+    catalog order (an exercise's note may name an earlier one that fails),
+    with what ``source_notes`` says of it added to its note, unless a check
+    already failed on a refused call: its message names the call and the line."""
     verdicts: dict[str, ExerciseResult] = {}
     for exercise in chapter.exercises:
         if only is not None and exercise.name not in only:
             continue
         checks = [r for r in results if r.chapter == chapter.id and r.exercise == exercise.name]
-        verdicts[exercise.name] = _verdict(chapter, exercise, checks, verdicts)
+        verdict = _verdict(chapter, exercise, checks, verdicts)
+        refused = any(check.kind == Failure.FORBIDDEN for check in verdict.failed_checks)
+        if exercise.name in source_notes and not refused:
+            verdict.note = "; ".join(filter(None, (verdict.note, source_notes[exercise.name])))
+        verdicts[exercise.name] = verdict
     return list(verdicts.values())
 
 

@@ -1,16 +1,46 @@
 """How the static scan (``grader.static_scan``) reads a name in a syntax
 tree: what the file's names resolve to (its imports and simple
 assignments), a dotted chain such as ``F.softmax`` as ``torch.nn.functional.softmax``,
-a string that is computed from literals, and the words a refusal shows.
+a string that is computed from literals, and which code never runs.
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
+from collections import deque
+from collections.abc import Iterator
 
 LITERAL_DEPTH = 64  # deeper string arithmetic counts as computed
-WRITTEN_NODES = 12  # larger expressions are named by their attribute alone
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk(node)`` without the code that never runs when the grader
+    imports a file: the body of ``if __name__ == "__main__":`` (the module
+    has its own name there) and of ``if TYPE_CHECKING:``. Their ``else``
+    runs, and is walked."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        if isinstance(node, ast.If) and never_runs(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        yield node
+
+
+def never_runs(test: ast.AST) -> bool:
+    """Is ``test`` false whenever the grader runs the file:
+    ``__name__ == "__main__"`` (either way round), ``TYPE_CHECKING``,
+    ``typing.TYPE_CHECKING``?"""
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    if isinstance(test, ast.Attribute):
+        return test.attr == "TYPE_CHECKING"
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(side, ast.Name) and side.id == "__name__" for side in sides)
+            and any(isinstance(side, ast.Constant) and side.value == "__main__" for side in sides))
 
 
 def aliases_of(tree: ast.AST) -> dict[str, str]:
@@ -19,7 +49,7 @@ def aliases_of(tree: ast.AST) -> dict[str, str]:
     resolves (``T = torch``, ``a, b = torch, np``, ``sm = torch.softmax``).
     A name bound to several things resolves to the first that resolves."""
     names, assigned = {}, []
-    for item in ast.walk(tree):
+    for item in walk(tree):
         if isinstance(item, ast.Import):
             for alias in item.names:
                 first = alias.name.partition(".")[0]
@@ -120,21 +150,6 @@ def literal_string(node: ast.AST, depth: int = 0) -> str | None:
         return None
     pieces = [literal_string(part, depth + 1) for part in parts]
     return None if None in pieces else "".join(pieces)
-
-
-def as_written(node: ast.AST) -> str | None:
-    """``node`` as the student wrote it, when it is short; None otherwise
-    (``ast.unparse`` recurses: a small tree keeps it safe)."""
-    if next(itertools.islice(ast.walk(node), WRITTEN_NODES, None), None) is not None:
-        return None
-    text = ast.unparse(node)
-    return text if "\n" not in text else None
-
-
-def attribute_as_written(base: ast.AST, attr: str) -> str:
-    """``x._C`` as written, or ``_C`` alone when ``x`` is long."""
-    written = as_written(base)
-    return f"{written}.{attr}" if written else attr
 
 
 def link_below(node: ast.AST, aliases: dict[str, str]) -> ast.AST | None:

@@ -28,7 +28,6 @@ from grader.outcomes import Failure
 from grader.portability import device_for, judge, plain_line
 from grader.refusals import REFUSED
 from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
-from grader.static_scan import Scan, refusal_message
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -80,8 +79,6 @@ class RemoteSubmission:
         self._load_failure: str | None = None
         self._signatures: dict[str, Signature] = {}
         self._exercises: dict[str, _ExerciseState] = {}
-        self._scan: Scan | None = None  # the file's syntax tree, read once for all its exercises
-        self._forbidden_found: dict[str, list[tuple[int, str]]] = {}  # static scan, by exercise
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
         self._exercise: str | None = None
@@ -187,7 +184,6 @@ class RemoteSubmission:
         if module is not None and module.passed_to:
             self._refuse_unrunnable(module.passed_to)
         exercise = self._exercise or function
-        self._refuse_forbidden(exercise)
         state = self._exercises.setdefault(exercise, _ExerciseState())
         if state.failure is not None:
             raise state.failure
@@ -291,20 +287,6 @@ class RemoteSubmission:
             raise CheckFailure(f"{function} is a {kind}, not a class (an nn.Module)", Failure.MISSING)
         if not is_class and kind not in ("function", "class"):
             raise CheckFailure(f"{function} is a {kind}, not a function", Failure.MISSING)
-
-    def _refuse_forbidden(self, exercise: str) -> None:
-        """Fail every check of an exercise whose code calls what it may not
-        or reaches into torch's internals, found in the source: also on paths
-        the checks' inputs never take."""
-        if exercise not in self._forbidden_found:
-            if self._scan is None:
-                self._scan = Scan(ast.Module(body=[node for _, _, node in self.submission.statements],
-                                             type_ignores=[]))
-            self._forbidden_found[exercise] = self._scan.findings(exercise, self._forbidden(exercise))
-        if self._forbidden_found[exercise]:
-            line, name = self._forbidden_found[exercise][0]
-            raise CheckFailure(refusal_message(exercise, name, self.submission.where(line), self._forbidden(exercise)),
-                               Failure.FORBIDDEN)
 
     def _notebook_hint(self, function: str) -> str:
         """Why a notebook may lack a function: its exercise cell is gone or

@@ -36,8 +36,8 @@ def _notes(report: GradeReport) -> list[str]:
 
 
 def print_table(report: GradeReport, console: Console, verbose: bool = False) -> None:
-    """A table per chapter, one row per exercise (status, points, reason),
-    then the total; with ``verbose``, every failed check below it."""
+    """A table per chapter, one row per exercise (status, points, reason and
+    note), then the total; with ``verbose``, every failed check below it."""
     for note in _notes(report):
         console.print(Text(f"note: {note}", style="yellow"))
     chapters = list(dict.fromkeys(result.chapter for result in report.exercises))
@@ -53,8 +53,11 @@ def print_table(report: GradeReport, console: Console, verbose: bool = False) ->
             if result.chapter is chapter:
                 label, style = STATUS_STYLE[result.status]
                 # Text, not markup: a reason may quote the student's own "[...]".
+                details = Text(result.reason)
+                if result.note:  # whatever the status: a note (the static scan's, say) costs no point
+                    details.append(f"\nnote: {result.note}", style="yellow")
                 table.add_row(result.exercise.name, Text(label, style=style),
-                              f"{result.score} / {result.exercise.points}", Text(result.reason))
+                              f"{result.score} / {result.exercise.points}", details)
         console.print(table)
         if chapter.id in report.sources:
             console.print(Text(f"graded: {report.sources[chapter.id]}", style="dim"))
@@ -78,8 +81,6 @@ def _print_failures(report: GradeReport, console: Console, verbose: bool) -> Non
                 console.print(_indented(f"hint: {check.hint}", 4, "cyan"))
             if verbose and check.details:
                 console.print(Text(check.details, style="dim"))
-        if result.note:
-            console.print(_indented(f"note: {result.note}", 2, "yellow"))
 
 
 def _indented(text: str, spaces: int, style: str = "") -> Padding:

@@ -7,15 +7,12 @@ adds a trick, and must still score what the honest code would.
 import json
 
 import pytest
+from rich.console import Console
 
 from conftest import SOLUTION, STUB, assert_fails_alone, replace_function, result_of, statuses
+from grader.report import print_table, results_json
 
 STUB_WITH = STUB + "\n"
-# Why the static scan refuses an escape hatch, after "{exercise} uses {name} (line N): ".
-ESCAPE = ("the grader refuses it in exercise files, since it can reach around the grader's checks; "
-          "no exercise needs it")
-PRIVATE = ("the grader refuses private names (a leading _) in exercise files, except on self and cls, "
-           "since they can reach around its checks; no exercise needs them")
 
 
 # self_attention returns the values unweighted: wrong, and nothing calls it.
@@ -37,35 +34,35 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     # Pretending the run went well.
     'print("PASSED"); print(\'{"score": 11, "max_score": 11}\')\n',
     'with open("results.json", "w") as results:\n    results.write(\'{"score": 11, "tests": []}\')\n',
+    'import pathlib\nfor folder in (pathlib.Path.cwd(), pathlib.Path.home()):\n'
+    '    (pathlib.Path(folder) / "results.json").write_text(\'{"score": 11, "tests": []}\')\n',
+    # The grader's own pytest, patched: the checks run in the grader, not in this process.
+    "import _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n",
+    # torch's internals, reached at import: no check has started there.
+    "import torch._C as hidden\nhidden._set_torch_function_mode(None)\n",
     # Ending the run "cleanly".
     "import sys\nsys.exit(0)\n",
-], ids=["torch-allclose", "numpy-testing", "pytest-fail", "fake-output", "results-json", "sys-exit"])
+], ids=["torch-allclose", "numpy-testing", "pytest-fail", "fake-output", "results-json", "results-json-pathlib",
+        "pytest-internals", "torch-internals", "sys-exit"])
 def test_tricks_at_import_turn_no_failure_into_points(grade_source, trick, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a results.json the trick writes lands here, not in the project
+    monkeypatch.chdir(tmp_path)  # where a results.json would land, were it written from the grader's folder
     monkeypatch.setenv("HOME", str(tmp_path))
     report = grade_source(WRONG_SELF_ATTENTION + "\n" + trick)
     assert "max abs error" in assert_fails_alone(report, "self_attention")
     assert report.score == report.max_score - result_of(report, "self_attention").exercise.points
+    # A worker writes in its own scratch folder (its working folder and its
+    # HOME), removed after the grade: nothing lands beside the submission.
+    assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("trick, name, reason", [
-    ("import _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n", "_pytest.runner",
-     PRIVATE),
-    ('import pathlib\nfor folder in (pathlib.Path.cwd(), pathlib.Path.home()):\n'
-     '    (pathlib.Path(folder) / "results.json").write_text(\'{"score": 11, "tests": []}\')\n', "pathlib",
-     ESCAPE),
-    ("import os\nos._exit(0)\n", "os", ESCAPE),
-], ids=["pytest-internals", "results-json", "os-exit"])
-def test_escape_hatches_at_import_cost_every_exercise(grade_source, trick, name, reason, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a results.json the trick writes lands here, not in the project
-    monkeypatch.setenv("HOME", str(tmp_path))
-    source = WRONG_SELF_ATTENTION + "\n" + trick
-    line = source.splitlines().index(trick.splitlines()[0]) + 1
+def test_exiting_at_import_is_skipped_with_a_note(grade_source):
+    source = WRONG_SELF_ATTENTION + "\nimport os\nos._exit(0)\n"
+    line = source.splitlines().index("os._exit(0)") + 1
     report = grade_source(source)
-    assert report.score == 0
-    for result in report.exercises:
-        exercise = result.exercise.name
-        assert result.failed_checks[0].message == f"{exercise} uses {name} (line {line}): {reason}"
+    assert "max abs error" in assert_fails_alone(report, "self_attention")
+    assert report.score == report.max_score - result_of(report, "self_attention").exercise.points
+    assert report.notes["ch01"] == [f"line {line} ended the process (exit status 0), e.g. with os._exit(); "
+                                    "grading went on without it"]
 
 
 def test_tricks_leave_an_untouched_stub_at_zero(grade_source):
@@ -109,15 +106,15 @@ def test_fake_results_do_not_pass(grade_source, definition, fragment):
     assert any(reason in message for reason in ((fragment,) if isinstance(fragment, str) else fragment))
 
 
-def test_an_escape_hatch_in_a_function_costs_the_exercises_that_reach_it(grade_source):
-    # Exiting "successfully" from inside the function: refused before it runs.
-    definition = "def softmax(x, dim=-1):\n    import os\n    os._exit(0)\n"
-    source = replace_function(SOLUTION, "softmax", definition)
-    line = source.splitlines().index(definition.splitlines()[0]) + 2
-    report = grade_source(source)
-    assert assert_fails_alone(report, "softmax") == f"softmax uses os (line {line}): {ESCAPE}"
-    caller = result_of(report, "scaled_dot_product_attention").failed_checks[0].message
-    assert caller == f"scaled_dot_product_attention uses os (line {line}): {ESCAPE}"
+def test_exiting_from_a_function_costs_the_exercises_that_call_it(grade_source):
+    # Exiting "successfully" from inside the function: the worker's exit status says how it ended.
+    report = grade_source(replace_function(SOLUTION, "softmax", "def softmax(x, dim=-1):\n    import os\n"
+                                                                "    os._exit(0)\n"))
+    exited = "ended the process (exit status 0), e.g. with os._exit() (the exercise's other checks are skipped)"
+    assert assert_fails_alone(report, "softmax").endswith(exited)
+    for caller in ("scaled_dot_product_attention", "self_attention"):
+        [first_check, *_] = result_of(report, caller).failed_checks
+        assert first_check.kind == "exit" and first_check.message.endswith(exited)
 
 
 def test_a_subclass_that_lies_is_judged_by_its_data(grade_source):
@@ -131,9 +128,9 @@ def softmax(x, dim=-1):
     assert SUBCLASS_NOT_MADE in message or ("max abs error" in message and "got 0" in message)
 
 
-@pytest.mark.parametrize("function, definition, called", [
+@pytest.mark.parametrize("function, definition, refused", [
     ("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n", "torch.softmax"),
-    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.Tensor.softmax"),
+    ("softmax", "def softmax(x, dim=-1):\n    return x.softmax(dim)\n", "torch.softmax"),
     ("softmax", "def softmax(x, dim=-1):\n    return torch.nn.functional.log_softmax(x, dim).exp()\n",
      "torch.nn.functional.log_softmax"),
     ("scaled_dot_product_attention", '''
@@ -143,33 +140,61 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
 ''', "torch.nn.functional.scaled_dot_product_attention"),
 ], ids=["torch.softmax", "Tensor.softmax", "log_softmax", "F.sdpa"])
-def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, called):
+def test_calling_what_the_exercise_asks_for_is_refused(grade_source, function, definition, refused):
     report = grade_source(replace_function(SOLUTION, function, definition))
     message = assert_fails_alone(report, function)
-    assert f"calls {called}, which this exercise asks you to write yourself" in message
+    assert f") calls {refused}" in message
+    assert message.endswith(", which this exercise asks you to write yourself")
+    # The refusal names the call and its line: the source's note would say it again.
+    assert result_of(report, function).note == ""
 
 
-@pytest.mark.parametrize("definition, called, line", [
-    # On a branch no check's input takes: only reading the source finds it.
-    ("def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return torch.softmax(x, dim)\n"
-     "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
-     "    return exps / exps.sum(dim=dim, keepdim=True)\n", "torch.softmax", 3),
+def test_a_forbidden_call_on_a_branch_no_check_takes_costs_nothing_and_is_noted(grade_source):
+    definition = ("def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return torch.softmax(x, dim)\n"
+                  "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n")
+    source = replace_function(SOLUTION, "softmax", definition)
+    line = source.splitlines().index(definition.splitlines()[2]) + 1
+    report = grade_source(source)
+    assert report.passed and report.score == report.max_score
+    note = f"line {line} calls torch.softmax, which this exercise asks you to write yourself"
+    assert result_of(report, "softmax").note == note
+    assert {result.exercise.name for result in report.exercises if result.note} == {"softmax"}
+    # Where a student reads it: the table's row, and the exercise's test in Gradescope's JSON.
+    console = Console(record=True, width=200)
+    print_table(report, console)
+    assert f"note: {note}" in console.export_text()
+    [test] = [test for test in results_json(report)["tests"] if test["name"].startswith("ch01 softmax:")]
+    assert test["score"] == test["max_score"] and test["output"].endswith(f"\nnote: {note}")
+
+
+OWN_SOFTMAX = ("    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+               "    return exps / exps.sum(dim=dim, keepdim=True)\n")
+
+
+@pytest.mark.parametrize("definition, written, called", [
     # Imported under another name, inside the function.
-    ("def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as smooth\n"
-     "    return smooth(x, dim)\n", "torch.nn.functional.softmax", 3),
+    ("def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as smooth\n    if x.dim() > 50:\n"
+     "        return smooth(x, dim)\n" + OWN_SOFTMAX, "return smooth(x, dim)", "torch.nn.functional.softmax"),
     # Through a helper of the file.
     ("def _normalise(x, dim):\n    import torch.nn.functional as F\n    return F.softmax(x, dim)\n\n"
-     "def softmax(x, dim=-1):\n    return _normalise(x, dim)\n", "torch.nn.functional.softmax", 3),
+     "def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return _normalise(x, dim)\n" + OWN_SOFTMAX,
+     "return F.softmax(x, dim)", "torch.nn.functional.softmax"),
     # Through an alias of the module, or a name spelled in pieces.
-    ("def softmax(x, dim=-1):\n    T = torch\n    return T.softmax(x, dim)\n", "torch.softmax", 3),
-    ("def softmax(x, dim=-1):\n    return getattr(torch, \"soft\" + \"max\")(x, dim)\n", "torch.softmax", 2),
-], ids=["branch-never-taken", "renamed-import", "helper", "alias", "name-in-pieces"])
-def test_forbidden_calls_are_found_in_the_source(grade_source, definition, called, line):
+    ("def softmax(x, dim=-1):\n    T = torch\n    if x.dim() > 50:\n        return T.softmax(x, dim)\n" + OWN_SOFTMAX,
+     "return T.softmax(x, dim)", "torch.softmax"),
+    ("def softmax(x, dim=-1):\n    if x.dim() > 50:\n        return getattr(torch, \"soft\" + \"max\")(x, dim)\n"
+     + OWN_SOFTMAX, "return getattr(torch", "torch.softmax"),
+], ids=["renamed-import", "helper", "alias", "name-in-pieces"])
+def test_the_note_finds_a_forbidden_call_through_imports_aliases_and_helpers(grade_source, definition, written,
+                                                                             called):
+    # On a branch no check's input takes: only reading the source finds it, and it costs nothing.
     source = replace_function(SOLUTION, "softmax", definition)
-    message = assert_fails_alone(grade_source(source), "softmax")
-    start = source.splitlines().index(definition.splitlines()[0]) + 1
-    assert f"softmax calls {called}, which this exercise asks you to write yourself " \
-           f"(line {start + line - 1})" == message
+    report = grade_source(source)
+    assert report.passed
+    line = next(number for number, text in enumerate(source.splitlines(), start=1) if written in text)
+    assert result_of(report, "softmax").note == (f"line {line} calls {called}, which this exercise asks you to "
+                                                 "write yourself")
 
 
 def test_a_call_hidden_from_the_source_is_refused_when_it_runs(grade_source):
@@ -197,21 +222,31 @@ def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_pro
     module = nn.MultiheadAttention(query.shape[-1], num_heads, batch_first=batch_first)
     return module(query, key, value, key_padding_mask=key_padding_mask)[0]
 ''')
-    message = assert_fails_alone(grade_source(source, chapter="ch03"), "torch_multihead_forward",
-                                 find_chapter("ch03"))
-    assert "calls torch.nn.MultiheadAttention, which this exercise asks you to write yourself" in message
+    report = grade_source(source, chapter="ch03")
+    message = assert_fails_alone(report, "torch_multihead_forward", find_chapter("ch03"))
+    assert ") calls torch.nn.MultiheadAttention" in message
+    assert message.endswith(", which this exercise asks you to write yourself")
 
 
-def test_catching_the_refusal_does_not_help(grade_source):
-    source = replace_function(SOLUTION, "softmax", '''
-def softmax(x, dim=-1):
-    try:
-        return torch.softmax(x, dim)
-    except RuntimeError:
-        exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
-        return exps / exps.sum(dim=dim, keepdim=True)
-''')
-    assert "calls torch.softmax" in assert_fails_alone(grade_source(source), "softmax")
+@pytest.mark.parametrize("fallback, passes", [
+    ("        exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+     "        return exps / exps.sum(dim=dim, keepdim=True)\n", True),
+    ("        return x\n", False),
+], ids=["own-softmax", "wrong-value"])
+def test_a_caught_refusal_is_judged_by_what_the_call_returns(grade_source, fallback, passes):
+    # The refused call computed nothing: what comes back is the student's own
+    # code's, right or wrong. The source still gets its note.
+    definition = ("def softmax(x, dim=-1):\n    try:\n        return torch.softmax(x, dim)\n"
+                  "    except RuntimeError:\n" + fallback)
+    source = replace_function(SOLUTION, "softmax", definition)
+    line = source.splitlines().index("        return torch.softmax(x, dim)") + 1
+    report = grade_source(source)
+    if passes:
+        assert report.passed
+    else:
+        assert "max abs error" in assert_fails_alone(report, "softmax")
+    assert result_of(report, "softmax").note == (f"line {line} calls torch.softmax, which this exercise asks "
+                                                 "you to write yourself")
 
 
 def test_other_exercises_may_use_torch_softmax(grade_source):
@@ -267,29 +302,28 @@ def softmax(x, dim=-1):
                             "write yourself")
 
 
-@pytest.mark.parametrize("body, name, line, reason", [
-    ("    with torch._C.DisableTorchFunction():\n        return torch.softmax(x, dim)\n",
-     "torch._C.DisableTorchFunction", 2, PRIVATE),
-    ("    from torch.overrides import _pop_mode_temporarily\n    with _pop_mode_temporarily():\n"
-     "        return torch.softmax(x, dim)\n", "torch.overrides._pop_mode_temporarily", 2, PRIVATE),
-    ("    return torch.ops.aten._softmax(x, dim, False)\n", "torch.ops.aten._softmax", 2, PRIVATE),
+@pytest.mark.parametrize("body", [
+    "    with torch._C.DisableTorchFunction():\n        return torch.softmax(x, dim)\n",
+    "    from torch.overrides import _pop_mode_temporarily\n    with _pop_mode_temporarily():\n"
+    "        return torch.softmax(x, dim)\n",
+    "    return torch.ops.aten._softmax(x, dim, False)\n",
     # The kernels by name, or the torch-function check disabled, spelled in pieces.
-    ('    kernels = getattr(getattr(torch, "op" + "s"), "at" + "en")\n'
-     '    return getattr(kernels, "_soft" + "max")(x, dim, False)\n', "torch.ops.aten", 2, ESCAPE),
-    ('    internals = getattr(torch, "_" + "C")\n    with getattr(internals, "DisableTorch" + "Function")():\n'
-     '        return getattr(torch, "log_soft" + "max")(x, dim).exp()\n', "torch._C", 2, PRIVATE),
+    '    kernels = getattr(getattr(torch, "op" + "s"), "at" + "en")\n'
+    '    return getattr(kernels, "_soft" + "max")(x, dim, False)\n',
+    '    internals = getattr(torch, "_" + "C")\n    with getattr(internals, "DisableTorch" + "Function")():\n'
+    '        return getattr(torch, "log_soft" + "max")(x, dim).exp()\n',
     # Through an alias, or imported by name.
-    ("    T = torch\n    with T._C.DisableTorchFunction():\n        return T.softmax(x, dim)\n",
-     "torch._C.DisableTorchFunction", 3, PRIVATE),
-    ('    import importlib\n    overrides = importlib.import_module("torch." + "overrides")\n'
-     "    with overrides._pop_mode_temporarily():\n        return torch.softmax(x, dim)\n", "importlib", 2, ESCAPE),
+    "    T = torch\n    with T._C.DisableTorchFunction():\n        return T.softmax(x, dim)\n",
+    '    import importlib\n    overrides = importlib.import_module("torch." + "overrides")\n'
+    "    with overrides._pop_mode_temporarily():\n        return torch.softmax(x, dim)\n",
 ], ids=["DisableTorchFunction", "pop-mode", "torch.ops", "aten-by-name", "torch-function-disabled",
         "alias", "importlib"])
-def test_torch_internals_are_refused_from_the_source(grade_source, body, name, line, reason):
-    definition = "def softmax(x, dim=-1):\n" + body
-    source = replace_function(SOLUTION, "softmax", definition)
-    line += source.splitlines().index(definition.splitlines()[0])  # the line in the file
-    assert assert_fails_alone(grade_source(source), "softmax") == f"softmax uses {name} (line {line}): {reason}"
+def test_torch_internals_do_not_reach_around_the_refusal(grade_source, body):
+    # Nothing here is refused for being read: the forbidden op is, where it
+    # runs (or the trick fails by itself: there is no mode left to pop).
+    report = grade_source(replace_function(SOLUTION, "softmax", "def softmax(x, dim=-1):\n" + body))
+    assert_fails_alone(report, "softmax")
+    assert result_of(report, "softmax").failed_checks[0].kind in ("forbidden", "error")
 
 
 def test_scaled_dot_product_attention_reached_around_the_check_is_refused(grade_source):
@@ -300,20 +334,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
         out = getattr(functional, "scaled_dot_product_" + "attention")(q, k, v, attn_mask=mask, scale=scale)
     return out, torch.zeros(q.shape[:-1] + k.shape[-2:-1])
 '''
-    source = replace_function(SOLUTION, "scaled_dot_product_attention", definition)
-    line = source.splitlines().index(definition.splitlines()[1]) + 3
-    message = assert_fails_alone(grade_source(source), "scaled_dot_product_attention")
-    assert message == f"scaled_dot_product_attention uses torch._C.DisableTorchFunction (line {line}): {PRIVATE}"
-
-
-def test_escape_hatches_at_module_level_cost_every_exercise(grade_source):
-    source = SOLUTION + "\nimport torch._C as hidden\nhidden._set_torch_function_mode(None)\n"
-    line = source.splitlines().index("import torch._C as hidden") + 1
-    report = grade_source(source)
-    assert report.score == 0
-    for result in report.exercises:
-        name = result.exercise.name
-        assert result.failed_checks[0].message == f"{name} uses torch._C (line {line}): {PRIVATE}"
+    report = grade_source(replace_function(SOLUTION, "scaled_dot_product_attention", definition))
+    assert_fails_alone(report, "scaled_dot_product_attention")
+    assert result_of(report, "scaled_dot_product_attention").failed_checks[0].kind == "forbidden"
 
 
 def test_an_object_that_pretends_to_be_a_tensor_is_judged_as_what_it_is(grade_source):

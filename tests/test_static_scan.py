@@ -1,245 +1,120 @@
-"""The static scan: what it refuses in an exercise file, in which words, and
-the honest code it leaves alone. Fast: it reads syntax trees, grades nothing."""
+"""The static scan: where an exercise's own code names what it may not call,
+the note that says so, and the honest code it leaves alone. Fast: it reads
+syntax trees, grades nothing (tests/test_cheating.py grades what it notes)."""
 
 from __future__ import annotations
 
 import ast
 import textwrap
 
+import nbformat
 import pytest
 
-from grader.catalog import ATTENTION_CALLS, CHAPTERS, MULTI_HEAD_CALLS, SOFTMAX_CALLS
+from grader.catalog import ATTENTION_CALLS, CHAPTERS, MULTI_HEAD_CALLS, SOFTMAX_CALLS, find_chapter
+from grader.loading import load_submission
+from grader.name_resolution import walk
 from grader.notebooks import read_notebook
-from grader.static_scan import forbidden_calls, refusal_message
+from grader.static_scan import Finding, forbidden_uses, note, notes
 
 EVERY_FORBIDDEN = SOFTMAX_CALLS + ATTENTION_CALLS + MULTI_HEAD_CALLS
+CH01 = find_chapter("ch01")
 
 
-def scan(source: str, exercise: str = "softmax", forbidden: tuple[str, ...] = ()) -> list[tuple[int, str]]:
-    return forbidden_calls(ast.parse(textwrap.dedent(source)), exercise, forbidden)
+def scan(source: str, exercise: str = "softmax", forbidden: tuple[str, ...] = SOFTMAX_CALLS) -> list[tuple[int, str]]:
+    """``[(line, name)]`` of what the scan finds."""
+    return [(line, name) for line, name, _ in forbidden_uses(ast.parse(textwrap.dedent(source)), exercise, forbidden)]
 
 
-def first(source: str, exercise: str = "softmax", forbidden: tuple[str, ...] = ()) -> tuple[int, str]:
+def first(source: str, exercise: str = "softmax", forbidden: tuple[str, ...] = SOFTMAX_CALLS) -> tuple[int, str]:
     found = scan(source, exercise, forbidden)
     assert found, "nothing found"
     return found[0]
 
 
-# -- the messages --------------------------------------------------------------
+# -- the note --------------------------------------------------------------------
 
 
-def test_a_forbidden_call_says_the_exercise_asks_for_it():
-    line, name = first("import torch\ndef softmax(x):\n    return torch.softmax(x, -1)\n",
-                       forbidden=SOFTMAX_CALLS)
-    assert refusal_message("softmax", name, f"line {line}") == (
-        "softmax calls torch.softmax, which this exercise asks you to write yourself (line 3)")
+def test_a_forbidden_call_is_noted_as_what_the_exercise_asks_for():
+    [finding] = forbidden_uses(ast.parse("import torch\ndef softmax(x):\n    return torch.softmax(x, -1)\n"),
+                               "softmax", SOFTMAX_CALLS)
+    assert finding == Finding(3, "torch.softmax", called=True)
+    assert note(finding, "line 3", SOFTMAX_CALLS) == (
+        "line 3 calls torch.softmax, which this exercise asks you to write yourself")
 
 
-def test_an_escape_hatch_is_named_with_its_line():
-    line, name = first("import importlib\ndef softmax(x):\n    return x\n")
-    assert refusal_message("softmax", name, f"line {line}") == (
-        "softmax uses importlib (line 1): the grader refuses it in exercise files, since it can "
-        "reach around the grader's checks; no exercise needs it")
+def test_a_forbidden_name_that_is_not_called_is_noted_as_used():
+    [finding] = forbidden_uses(ast.parse("import functools, torch\ndef softmax(x):\n"
+                                         "    return functools.partial(torch.softmax, dim=-1)(x)\n"),
+                               "softmax", SOFTMAX_CALLS)
+    assert finding == Finding(3, "torch.softmax", called=False)
+    assert note(finding, "line 3", SOFTMAX_CALLS) == (
+        "line 3 uses torch.softmax, which this exercise asks you to write yourself")
 
 
-def test_a_private_name_says_where_private_names_are_allowed():
-    line, name = first("import torch\ndef softmax(x):\n    with torch._C.DisableTorchFunction():\n"
-                       "        return x\n")
-    assert refusal_message("softmax", name, f"line {line}") == (
-        "softmax uses torch._C.DisableTorchFunction (line 3): the grader refuses private names "
-        "(a leading _) in exercise files, except on self and cls, since they can reach around its "
-        "checks; no exercise needs them")
+def test_a_torch_call_in_a_numpy_exercise_says_it_is_written_without_torch():
+    forbidden = CH01.exercise("softmax_numpy").forbidden
+    [finding] = forbidden_uses(ast.parse("import torch\ndef softmax_numpy(x, axis=-1):\n"
+                                         "    return torch.from_numpy(x).numpy()\n"), "softmax_numpy", forbidden)
+    assert note(finding, "line 3", forbidden) == (
+        "line 3 calls torch.from_numpy: this exercise is written without torch")
 
 
-def test_computed_code_is_named_as_written():
-    line, name = first("import torch\ndef softmax(x, name):\n    return getattr(torch, name)(x)\n")
-    assert refusal_message("softmax", name, "code cell 4 (softmax), line 2") == (
-        "softmax uses getattr(torch, name) (code cell 4 (softmax), line 2): the grader refuses it in "
-        "exercise files, since it can reach around the grader's checks; no exercise needs it")
+def test_the_notes_of_a_file_name_its_lines_one_note_an_exercise(tmp_path):
+    path = tmp_path / CH01.file_name
+    path.write_text("import torch\nimport torch.nn.functional as F\n\n"
+                    "def softmax(x, dim=-1):\n    F.log_softmax(x, dim)\n    return torch.softmax(x, dim)\n\n"
+                    "def softmax_numpy(x, axis=-1):\n    return torch.tensor(x).numpy()\n", encoding="utf-8")
+    assert notes(CH01, load_submission(path, CH01.module)) == {
+        "softmax": "line 5 calls torch.nn.functional.log_softmax, which this exercise asks you to write yourself",
+        "softmax_numpy": "line 9 calls torch.tensor: this exercise is written without torch",
+    }
+    assert notes(CH01, load_submission(path, CH01.module), only={"softmax_numpy"}).keys() == {"softmax_numpy"}
 
 
-# -- escape hatches --------------------------------------------------------------
+def test_a_notebooks_note_names_the_cell(tmp_path):
+    notebook = nbformat.read(CH01.notebook(), as_version=4)
+    cell = next(cell for cell in notebook.cells
+                if cell.metadata.get("mha_course", {}).get("exercise") == "softmax")
+    cell.source = "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n"
+    path = tmp_path / f"{CH01.module}.ipynb"
+    nbformat.write(notebook, path)
+    submission = load_submission(path, CH01.module)
+    definition = next(node for _, _, node in submission.statements if getattr(node, "name", "") == "softmax")
+    where = submission.where(definition.body[0].lineno)
+    assert where.startswith("code cell ") and where.endswith(", line 2")
+    assert notes(CH01, submission) == {
+        "softmax": f"{where} calls torch.softmax, which this exercise asks you to write yourself"}
 
 
-ESCAPE_HATCHES = [
-    # torch's internals, reached by their names or through an alias.
-    ("import torch\ndef softmax(x):\n    with torch._C.DisableTorchFunction():\n        return x\n",
-     (3, "torch._C.DisableTorchFunction")),
-    ("import torch\nT = torch\ndef softmax(x):\n    return T._C._get_current_function_mode_stack()\n",
-     (4, "torch._C._get_current_function_mode_stack")),
-    ("import torch\ndef softmax(x):\n    m = torch\n    return m._C\n", (4, "torch._C")),
-    ("import numpy, torch\ndef softmax(x):\n    a, b = numpy, torch\n    return b.ops.aten._softmax(x, -1, False)\n",
-     (4, "torch.ops.aten._softmax")),
-    ("import torch\ndef softmax(x):\n    return torch.ops.aten.exp(x)\n", (3, "torch.ops.aten.exp")),
-    ("import torch\ndef softmax(x):\n    return torch.library.Library('aten', 'IMPL')\n",
-     (3, "torch.library.Library")),
-    ("from torch.overrides import TorchFunctionMode\ndef softmax(x):\n    return x\n",
-     (1, "torch.overrides.TorchFunctionMode")),
-    ("from torch.utils._python_dispatch import _pop_mode\ndef softmax(x):\n    return x\n",
-     (1, "torch.utils._python_dispatch._pop_mode")),
-    ("from torch._C import DisableTorchFunction\ndef softmax(x):\n    return x\n",
-     (1, "torch._C.DisableTorchFunction")),
-    ("import torch._dynamo\ndef softmax(x):\n    return x\n", (1, "torch._dynamo")),
-    # Private names and mode switches on anything that is not self or cls.
-    ("def softmax(x):\n    return x._C\n", (2, "x._C")),
-    ("def softmax(x, guard):\n    with guard._disable_current_modes():\n        return x\n",
-     (2, "guard._disable_current_modes")),
-    ("def softmax(x, c):\n    with c.DisableTorchFunctionSubclass():\n        return x\n",
-     (2, "c.DisableTorchFunctionSubclass")),
-    # The interpreter's tables, frames and hooks.
-    ("import sys\ndef softmax(x, name):\n    return sys.modules['torch.' + name]\n", (3, "sys.modules")),
-    ("from sys import modules\ndef softmax(x):\n    return x\n", (1, "sys.modules")),
-    ("import sys\ndef softmax(x):\n    return sys._getframe(1)\n", (3, "sys._getframe")),
-    ("import sys\ndef softmax(x):\n    sys.settrace(None)\n", (3, "sys.settrace")),
-    ("import sys\ndef softmax(x):\n    sys.setprofile(None)\n", (3, "sys.setprofile")),
-    # Importing or running code by name.
-    ("import importlib\ndef softmax(x):\n    return importlib.import_module('torch.' + 'overrides')\n",
-     (1, "importlib")),
-    ("def softmax(x):\n    import importlib\n    return importlib.import_module('torch.' + 'overrides')\n",
-     (2, "importlib")),
-    ("def softmax(x):\n    return __import__('torch').overrides\n", (2, "__import__")),
-    ("def softmax(x):\n    exec('import torch')\n", (2, "exec")),
-    ("def softmax(x):\n    return eval('x.exp()')\n", (2, "eval")),
-    ("def softmax(x):\n    return compile('x', 'f', 'eval')\n", (2, "compile")),
-    ("def softmax(x):\n    return globals()['torch']\n", (2, "globals")),
-    ("import torch\ndef softmax(x):\n    return vars(torch)['_C']\n", (3, "vars")),
-    ("def softmax(x):\n    return locals()\n", (2, "locals")),
-    ("def softmax(x):\n    breakpoint()\n", (2, "breakpoint")),
-    ("def softmax(x):\n    return __builtins__\n", (2, "__builtins__")),
-    ("def softmax(x):\n    return __loader__\n", (2, "__loader__")),
-    # getattr: a name computed on a module, or a literal one that names something refused.
-    ("import torch\ndef softmax(x, name):\n    return getattr(torch, name)(x)\n", (3, "getattr(torch, name)")),
-    ("import torch.nn.functional as F\ndef softmax(x, name):\n    f = F\n    return getattr(f, 'soft' + name)(x)\n",
-     (4, "getattr(f, 'soft' + name)")),
-    ("import torch\ndef softmax(x, name):\n    setattr(torch, name, None)\n", (3, "setattr(torch, name, None)")),
-    ("import torch\ndef softmax(x, name):\n    delattr(torch, name)\n", (3, "delattr(torch, name)")),
-    ("import torch\ndef softmax(x, name):\n    return hasattr(torch, name)\n", (3, "hasattr(torch, name)")),
-    ("import torch\ndef softmax(x):\n    return getattr(torch, '_C')\n", (3, "torch._C")),
-    ("import torch\ndef softmax(x):\n    return getattr(torch, '_' + 'C')\n", (3, "torch._C")),
-    ("import torch\ndef softmax(x):\n    return getattr(torch, ''.join(['o', 'ps']))\n", (3, "torch.ops")),
-    ("import torch\ndef softmax(x):\n    return getattr(getattr(torch, f\"{'_'}C\"), 'Disable' + 'TorchFunction')\n",
-     (3, "torch._C.DisableTorchFunction")),
-    ("def softmax(x):\n    look = getattr\n    return look(x, 'exp')()\n", (2, "getattr as a value")),
-    ("def softmax(x, *pair):\n    return getattr(*pair)\n", (2, "getattr(*pair)")),
-    # The interpreter's dunders and frames.
-    ("def softmax(x):\n    return ().__class__.__mro__[1].__subclasses__()\n", (2, "().__class__.__mro__")),
-    ("def softmax(x):\n    return object.__subclasses__()\n", (2, "object.__subclasses__")),
-    ("def softmax(x):\n    return softmax.__globals__['torch']\n", (2, "softmax.__globals__")),
-    ("import torch\ndef softmax(x):\n    return torch.__dict__['_C']\n", (3, "torch.__dict__")),
-    ("def softmax(x):\n    return print.__self__\n", (2, "print.__self__")),
-    ("def softmax(x, f):\n    return f.__wrapped__, f.__code__, f.__closure__\n", (2, "f.__closure__")),
-    ("import torch\ndef softmax(x):\n    return object.__getattribute__(torch, 'ops')\n",
-     (3, "object.__getattribute__")),
-    ("def softmax(x):\n    return x.__reduce_ex__(2)\n", (2, "x.__reduce_ex__")),
-    ("def softmax(x):\n    try:\n        1 / 0\n    except ZeroDivisionError as error:\n"
-     "        return error.__traceback__.tb_frame.f_back.f_globals\n", 
-     (5, "error.__traceback__.tb_frame.f_back.f_globals")),
-    ("def softmax(x, frame):\n    return frame.f_back.f_locals\n", (2, "frame.f_back.f_locals")),
-    ("def softmax(x, gen):\n    return gen.gi_frame\n", (2, "gen.gi_frame")),
-    # torch's ways to other threads, processes and unpickled code.
-    ("import torch\ndef softmax(x):\n    return torch.load('weights.pt', weights_only=False)\n",
-     (3, "torch.load")),
-    ("import torch.multiprocessing as mp\ndef softmax(x):\n    return x\n", (1, "torch.multiprocessing")),
-]
+# -- found through aliases, getattr with a literal name, helpers --------------------------
 
 
-@pytest.mark.parametrize("source, found", ESCAPE_HATCHES, ids=[name for _, (_, name) in ESCAPE_HATCHES])
-def test_escape_hatches_are_refused(source, found):
+@pytest.mark.parametrize("source, found", [
+    ("import torch\ndef softmax(x):\n    return torch.softmax(x, -1)\n", (3, "torch.softmax")),
+    ("import torch\nT = torch\ndef softmax(x):\n    return T.softmax(x, -1)\n", (4, "torch.softmax")),
+    ("import torch\nsmooth = torch.softmax\ndef softmax(x):\n    return smooth(x, -1)\n", (4, "torch.softmax")),
+    ("import torch\ndef softmax(x):\n    m = torch.nn.functional\n    return m.softmax(x, -1)\n",
+     (4, "torch.nn.functional.softmax")),
+    ("import torch.nn.functional as F\nF2 = F\ndef softmax(x):\n    return F2.log_softmax(x, -1).exp()\n",
+     (4, "torch.nn.functional.log_softmax")),
+    ("from torch.nn.functional import softmax as smooth\ndef softmax(x):\n    return smooth(x, -1)\n",
+     (3, "torch.nn.functional.softmax")),
+    ("def softmax(x):\n    from torch import special\n    return special.softmax(x, -1)\n",
+     (3, "torch.special.softmax")),
+    ("import numpy, torch\ndef softmax(x):\n    a, b = numpy, torch\n    return b.log_softmax(x, -1).exp()\n",
+     (4, "torch.log_softmax")),
+    ("import torch\ndef softmax(x):\n    return getattr(torch, 'softmax')(x, -1)\n", (3, "torch.softmax")),
+    ("import torch\ndef softmax(x):\n    return getattr(torch, 'soft' + 'max')(x, -1)\n", (3, "torch.softmax")),
+    ("import torch\ndef softmax(x):\n    return getattr(torch, ''.join(['soft', 'max']), None)(x, -1)\n",
+     (3, "torch.softmax")),
+    ("import torch\ndef softmax(x):\n    return getattr(getattr(torch.nn, f\"{'func'}tional\"), 'softmax')(x, -1)\n",
+     (3, "torch.nn.functional.softmax")),
+    ("import torch\ndef softmax(x):\n    return torch.Tensor.softmax(x, -1)\n", (3, "torch.Tensor.softmax")),
+], ids=["direct", "T=torch", "sm=torch.softmax", "m=functional", "F2=F", "renamed-import", "import-inside",
+        "tuple-assignment", "getattr-literal", "getattr-folded", "getattr-joined-with-default",
+        "getattr-nested", "Tensor.softmax-by-class"])
+def test_forbidden_names_are_found_through_imports_and_aliases(source, found):
     assert first(source) == found
-
-
-@pytest.mark.parametrize("module", [
-    "grader", "grader.catalog", "ctypes", "gc", "inspect", "importlib", "builtins", "os", "os.path",
-    "subprocess", "socket", "signal", "multiprocessing", "threading", "_thread", "pty", "mmap",
-    "resource", "pickle", "marshal", "shutil", "pathlib", "io", "traceback", "runpy", "__main__",
-])
-def test_modules_that_reach_the_grader_or_the_process_are_refused(module):
-    assert first(f"import {module}\ndef softmax(x):\n    return x\n") == (1, module)
-    assert first(f"def softmax(x):\n    from {module} import thing\n    return x\n") == (2, f"{module}.thing")
-
-
-def test_the_notebooks_check_call_is_allowed_but_not_the_rest_of_the_grader():
-    assert scan('from grader import check\ncheck("ch01")\ndef softmax(x):\n    return x\n') == []
-    assert first("from grader import check\ndef softmax(x):\n    return check.__globals__\n") == (
-        3, "grader.check.__globals__")
-    assert first("from grader import remote\ndef softmax(x):\n    return x\n") == (1, "grader.remote")
-    assert first("import grader\ngrader.check()\ndef softmax(x):\n    return x\n") == (1, "grader")
-
-
-def test_a_refused_module_is_refused_where_it_is_used_too():
-    assert scan("import inspect\ndef softmax(x):\n    return inspect.currentframe()\n") == [
-        (1, "inspect"), (3, "inspect.currentframe")]
-
-
-def test_escape_hatches_are_refused_where_nothing_is_forbidden():
-    assert scan("import gc\ndef padding_mask(lengths):\n    return lengths\n", "padding_mask", ()) == [(1, "gc")]
-
-
-# -- where the scan looks -------------------------------------------------------
-
-TWO_EXERCISES = """
-import torch
-
-def _peek():
-    import inspect
-    return inspect.stack()
-
-def softmax(x):
-    _peek()
-    return x
-
-def softmax_numpy(x):
-    return x
-"""
-
-
-def test_an_escape_hatch_in_a_function_costs_the_exercises_that_reach_it():
-    assert scan(TWO_EXERCISES, "softmax") == [(5, "inspect"), (6, "inspect.stack")]
-    assert scan(TWO_EXERCISES, "softmax_numpy") == []
-
-
-def test_an_escape_hatch_at_module_level_costs_every_exercise():
-    source = TWO_EXERCISES.replace("import torch\n", "import torch\nimport ctypes\n")
-    assert scan(source, "softmax")[0] == (3, "ctypes")
-    assert scan(source, "softmax_numpy") == [(3, "ctypes")]
-    assert scan(source, "not_written_yet") == [(3, "ctypes")]
-
-
-@pytest.mark.parametrize("runs_at_import", [
-    "TABLE = _build()\n",
-    "@_build\ndef unused():\n    pass\n",
-    "def unused(table=_build()):\n    pass\n",
-    "class Config:\n    table = _build()\n",
-    "class Config(_build()):\n    pass\n",
-], ids=["assignment", "decorator", "default", "class-body", "class-base"])
-def test_helpers_that_run_at_import_cost_every_exercise(runs_at_import):
-    source = ("def _build(*args):\n    exec('')\n\n" + runs_at_import
-              + "\ndef softmax(x):\n    return x\n")
-    assert scan(source) == [(2, "exec")]
-
-
-def test_a_function_nothing_reaches_is_not_held_against_anyone():
-    assert scan("def _unused():\n    exec('')\n\ndef softmax(x):\n    return x\n") == []
-
-
-def test_forbidden_names_count_in_the_exercises_own_code_only():
-    source = """
-    import torch
-    CHECK = torch.softmax(torch.zeros(3), 0)
-
-    def _normalise(x):
-        return torch.softmax(x, -1)
-
-    def softmax(x):
-        return _normalise(x)
-
-    def other(x):
-        return torch.softmax(x, -1)
-    """
-    assert scan(source, "softmax", SOFTMAX_CALLS) == [(6, "torch.softmax")]
-
-
-# -- forbidden names: families and aliases ---------------------------------------------
 
 
 def test_a_forbidden_name_forbids_what_is_below_it():
@@ -249,56 +124,148 @@ def test_a_forbidden_name_forbids_what_is_below_it():
     assert scan(source, "forward", ("torch.nn.Multihead",)) == []  # a family ends at a dot
 
 
-NUMPY_FILE = """
-import numpy as np
-import torch
+def test_forbidden_names_count_in_the_exercises_own_code_and_its_helpers_only():
+    source = """
+    import torch
+    CHECK = torch.softmax(torch.zeros(3), 0)
 
-DTYPE = torch.float32
+    def _normalise(x):
+        return torch.softmax(x, -1)
 
-def softmax(x):
-    return torch.softmax(x, -1)
+    class Stats:
+        def normalised(self, x):
+            return _normalise(x)
 
-def softmax_numpy(x):
-    exps = np.exp(x - x.max(axis=-1, keepdims=True))
-    return exps / exps.sum(axis=-1, keepdims=True)
-"""
+    def softmax(x):
+        return Stats().normalised(x)
 
+    def other(x):
+        return torch.softmax(x, -1)
 
-def test_a_forbidden_library_ignores_the_shared_imports():
-    assert scan(NUMPY_FILE, "softmax_numpy", ("torch",)) == []
-
-
-def test_a_forbidden_library_refuses_what_the_exercise_reaches_of_it():
-    source = NUMPY_FILE.replace("    exps = np.exp(", "    x = torch.softmax(torch.from_numpy(x), -1).numpy()\n"
-                                                     "    exps = np.exp(")
-    assert scan(source, "softmax_numpy", ("torch",)) == [(11, "torch.from_numpy"), (11, "torch.softmax")]
-
-
-@pytest.mark.parametrize("source, found", [
-    ("import torch\nT = torch\ndef softmax(x):\n    return T.softmax(x, -1)\n", (4, "torch.softmax")),
-    ("import torch\nsmooth = torch.softmax\ndef softmax(x):\n    return smooth(x, -1)\n",
-     (4, "torch.softmax")),
-    ("import torch\ndef softmax(x):\n    m = torch.nn.functional\n    return m.softmax(x, -1)\n",
-     (4, "torch.nn.functional.softmax")),
-    ("import torch.nn.functional as F\nF2 = F\ndef softmax(x):\n    return F2.log_softmax(x, -1).exp()\n",
-     (4, "torch.nn.functional.log_softmax")),
-    ("from torch.nn.functional import softmax as smooth\ndef softmax(x):\n    return smooth(x, -1)\n",
-     (3, "torch.nn.functional.softmax")),
-    ("import torch\ndef softmax(x):\n    return getattr(torch, 'soft' + 'max')(x, -1)\n", (3, "torch.softmax")),
-    ("def softmax(x):\n    return x.softmax(-1)\n", (2, "torch.Tensor.softmax")),
-    ("def softmax(x):\n    return getattr(x, 'soft' + 'max')(-1)\n", (2, "torch.Tensor.softmax")),
-], ids=["T=torch", "sm=torch.softmax", "m=functional", "F2=F", "renamed-import", "folded-getattr",
-        "method", "folded-method"])
-def test_forbidden_names_are_found_through_aliases(source, found):
-    assert first(source, forbidden=SOFTMAX_CALLS) == found
+    def _unused(x):
+        return torch.softmax(x, -1)
+    """
+    assert scan(source) == [(6, "torch.softmax")]
+    assert scan(source, "other") == [(16, "torch.softmax")]
+    assert scan(source, "not_written_yet") == []
 
 
-def test_a_name_computed_at_run_time_on_a_tensor_is_left_to_the_worker():
-    source = "def softmax(x):\n    name = 'soft' + 'max'\n    return getattr(x, name)(-1)\n"
-    assert scan(source, forbidden=SOFTMAX_CALLS) == []
+def test_a_function_of_the_file_is_its_own_whatever_an_import_called_it():
+    # Imported under the exercise's name to compare with, then written: the def is what runs.
+    source = """
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+
+    def scaled_dot_product_attention(q, k, v):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        return torch.softmax(scores, dim=-1) @ v
+
+    def self_attention(x, w):
+        return scaled_dot_product_attention(x @ w, x @ w, x @ w)
+    """
+    assert scan(source, "self_attention", ATTENTION_CALLS) == []
 
 
-# -- honest code ----------------------------------------------------------------
+# -- what it does not judge --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [
+    "def softmax(x):\n    return x.softmax(-1)\n",
+    "def softmax(x):\n    return getattr(x, 'soft' + 'max')(-1)\n",
+    "def softmax(x):\n    name = 'soft' + 'max'\n    return getattr(x, name)(-1)\n",
+    "import torch\ndef softmax(x, name='softmax'):\n    return getattr(torch, name)(x, -1)\n",
+], ids=["method", "method-by-literal", "method-by-computed-name", "computed-getattr-on-torch"])
+def test_methods_and_computed_names_are_left_to_the_worker(source):
+    # The source cannot tell a tensor's method from one of the student's own
+    # objects, nor a computed name's value: the worker refuses the call when it runs.
+    assert scan(source) == []
+
+
+def test_a_method_of_the_students_own_named_like_a_tensor_method_is_not_noted():
+    source = """
+    import torch
+
+    class RunningStats:
+        def softmax(self, x):
+            exps = torch.exp(x - x.amax(-1, keepdim=True))
+            return exps / exps.sum(-1, keepdim=True)
+
+    def softmax(x):
+        stats = RunningStats()
+        return stats.softmax(x)
+    """
+    assert scan(source) == []
+
+
+def test_code_that_never_runs_is_not_read():
+    source = """
+    import typing
+    from typing import TYPE_CHECKING
+
+    import torch
+
+    if TYPE_CHECKING:
+        from torch.nn.functional import softmax as checked_softmax
+
+    def softmax(x, dim=-1):
+        if TYPE_CHECKING:
+            reveal_type(torch.softmax(x, dim))
+        if typing.TYPE_CHECKING:
+            reveal_type(checked_softmax(x, dim))
+        else:
+            exps = torch.exp(x - x.amax(dim, keepdim=True))
+        return exps / exps.sum(dim, keepdim=True)
+
+    if __name__ == "__main__":
+        smooth = torch.softmax
+        print(softmax(torch.randn(3)), torch.softmax(torch.randn(3), 0))
+    """
+    assert scan(source) == []
+    assert first(source.replace("exps = torch.exp(", "exps = torch.softmax(")) == (16, "torch.softmax")
+
+
+def test_the_walk_leaves_out_the_bodies_that_never_run_and_keeps_their_else():
+    tree = ast.parse(textwrap.dedent("""
+        if __name__ == "__main__":
+            main_only = 1
+        elif "__main__" == __name__:
+            never = 2
+        else:
+            imported = 3
+        if typing.TYPE_CHECKING:
+            checking = 4
+        if __name__ != "__main__":
+            runs = 5
+    """))
+    names = {node.id for node in walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    assert names == {"imported", "runs"}
+
+
+def test_of_a_whole_library_only_calls_are_noted():
+    source = """
+    from dataclasses import dataclass
+
+    import numpy as np
+    import torch
+
+    @dataclass
+    class Config:
+        dtype: torch.dtype = torch.float32
+        axis: int = -1
+
+    def softmax_numpy(x, config: Config = Config()):
+        if isinstance(x, torch.Tensor):
+            raise TypeError("softmax_numpy takes a NumPy array")
+        exps = np.exp(x - x.max(axis=config.axis, keepdims=True))
+        return exps / exps.sum(axis=config.axis, keepdims=True)
+    """
+    assert scan(source, "softmax_numpy", ("torch",)) == []
+    computed = source.replace("        exps = np.exp(", "        x = torch.as_tensor(x).double().numpy()\n"
+                                                     "        exps = np.exp(")
+    assert scan(computed, "softmax_numpy", ("torch",)) == [(15, "torch.as_tensor")]
+
+
+# -- honest code -----------------------------------------------------------------------
 
 
 def course_sources():
@@ -314,13 +281,14 @@ def course_sources():
 @pytest.mark.parametrize("chapter, source", course_sources())
 def test_the_course_code_gives_no_finding(chapter, source):
     tree = ast.parse(source)
-    found = {exercise.name: forbidden_calls(tree, exercise.name, exercise.forbidden)
+    found = {exercise.name: forbidden_uses(tree, exercise.name, exercise.forbidden)
              for exercise in chapter.exercises}
     assert found == {exercise.name: [] for exercise in chapter.exercises}
 
 
 HONEST = {
     "nanogpt": """
+        import inspect
         import math
         import torch
         import torch.nn as nn
@@ -340,6 +308,11 @@ HONEST = {
                 if isinstance(module, nn.Linear):
                     torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+            def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+                fused_available = "fused" in inspect.signature(torch.optim.AdamW).parameters
+                extra_args = dict(fused=True) if fused_available and device_type == "cuda" else dict()
+                return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, **extra_args)
+
             def forward(self, x):
                 B, T, C = x.size()
                 q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -347,6 +320,96 @@ HONEST = {
                 att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
                 att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
                 return att @ v
+    """,
+    "notebook-setup-and-files": """
+        import io
+        import os
+        import pathlib
+        import sys
+        import traceback
+
+        os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "TRUE")
+        import torch
+
+        HERE = pathlib.Path.cwd()
+
+        def log_failure(x):
+            buffer = io.StringIO()
+            try:
+                x.exp()
+            except Exception:
+                kind, error, _ = sys.exc_info()
+                traceback.print_exc(file=buffer)
+            return buffer.getvalue()
+
+        def softmax(x, dim=-1):
+            log_failure(x)
+            exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
+            return exps / exps.sum(dim=dim, keepdim=True)
+    """,
+    "vars-and-locals": """
+        import torch
+
+        def softmax(x, dim=-1):
+            shift = x.amax(dim=dim, keepdim=True)
+            exps = torch.exp(x - shift)
+            state = dict(locals())
+            return exps / exps.sum(dim=dim, keepdim=True), sorted(vars(torch.nn.Linear(2, 2)))
+    """,
+    "hugging-face-private-config": """
+        from collections import namedtuple
+
+        import torch
+        from torch import nn
+
+        Output = namedtuple("Output", "attn_output attn_weights")
+
+        class MultiHeadAttention(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.config = config
+                self._num_heads = config.num_attention_heads
+
+            def merge(self, other):
+                return self._num_heads + other._num_heads
+
+            def forward(self, hidden_states):
+                if self.config._attn_implementation == "eager":
+                    out = hidden_states * self._num_heads
+                else:
+                    out = hidden_states
+                result = Output(out, None)
+                return result._replace(attn_weights=torch.zeros(1))
+    """,
+    "activation-by-name": """
+        import torch
+        import torch.nn.functional as F
+
+        def mlp(x, w, activation_name="gelu"):
+            act = getattr(F, activation_name)
+            return act(x @ w)
+
+        def activation_module(name="GELU"):
+            return getattr(torch.nn, name)()
+    """,
+    "torch-load-in-main-and-a-type-checking-import": """
+        from __future__ import annotations
+
+        from typing import TYPE_CHECKING
+
+        import torch
+
+        if TYPE_CHECKING:
+            from torch.nn.functional import scaled_dot_product_attention as Reference
+
+        def scaled_dot_product_attention(q, k, v):
+            scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+            return weights / weights.sum(dim=-1, keepdim=True) @ v
+
+        if __name__ == "__main__":
+            q, k, v = torch.load("inputs.pt", weights_only=False)
+            print(scaled_dot_product_attention(q, k, v), torch.softmax(q, -1))
     """,
     "hugging-face": """
         import torch
@@ -377,19 +440,6 @@ HONEST = {
             xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
             return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
     """,
-    "annotated-transformer": """
-        import copy
-        import torch
-        import torch.nn as nn
-
-        def clones(module, N):
-            return nn.ModuleList([copy.deepcopy(module) for _ in range(N)])
-
-        def subsequent_mask(size):
-            attn_shape = (1, size, size)
-            subsequent_mask = torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
-            return subsequent_mask == 0
-    """,
     "private-helpers-on-self": """
         import torch
         from torch import nn, Tensor
@@ -411,58 +461,6 @@ HONEST = {
                 self.__dict__.update(seen=True)
                 return self._norm(self._shape(x)), type(self).__name__, self.__class__.__name__, Rotary._norm(x)
     """,
-    "config-getattr": """
-        import math
-        import torch
-
-        def attention(q, k, config):
-            heads = getattr(config, "n_head", 4)
-            scale = getattr(config, "scale", None) or 1 / math.sqrt(q.shape[-1])
-            scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
-            return scores.masked_fill(scores < 0, torch.finfo(scores.dtype).min) / heads
-    """,
-    "modules-and-parameters": """
-        import torch
-        from torch import nn
-
-        def parameter_count(model: nn.Module) -> int:
-            for module in model.modules():
-                if isinstance(module, nn.Linear):
-                    module.reset_parameters()
-            return sum(p.numel() for p in model.parameters() if p.requires_grad)
-    """,
-    "standard-library": """
-        import dataclasses
-        import functools
-        import itertools
-        import math
-        import sys
-        import warnings
-        from dataclasses import dataclass, field
-        from typing import Optional
-
-        import numpy as np
-        import torch
-
-        @dataclass
-        class Config:
-            n_head: int = 4
-            sizes: list = field(default_factory=list)
-
-        @functools.lru_cache(maxsize=None)
-        def offsets(n):
-            return list(itertools.accumulate(range(n)))
-
-        def attention_numpy(q, k, v, mask: Optional[np.ndarray] = None):
-            if q.shape[-1] > 4096:
-                warnings.warn("wide heads are slow", stacklevel=2)
-            scores = q @ k.swapaxes(-2, -1) / np.sqrt(q.shape[-1])
-            weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            return weights / weights.sum(axis=-1, keepdims=True) @ v, dataclasses.asdict(Config())
-
-        if __name__ == "__main__":
-            print(attention_numpy(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2))), sys.argv)
-    """,
     "aliases-of-public-modules": """
         import torch
         import torch.nn.functional as F
@@ -473,27 +471,6 @@ HONEST = {
         def mlp(x, w):
             linear, relu = F.linear, F.relu
             return act(linear(x, w)) + relu(x) + T.tanh(x)
-    """,
-    "tensor-subclass": """
-        import torch
-
-        class Tagged(torch.Tensor):
-            @classmethod
-            def __torch_function__(cls, func, types, args=(), kwargs=None):
-                return super().__torch_function__(func, types, args, kwargs or {})
-
-        def tag(x):
-            return x.as_subclass(Tagged)
-    """,
-    "own-names-like-builtins": """
-        import re
-        from re import compile as compile_pattern
-
-        def compile(pattern):
-            return compile_pattern(pattern)
-
-        def tokens(text):
-            return compile(r"\\w+").findall(text) + re.compile("x").findall(text)
     """,
     "training-loop": """
         import torch
@@ -520,7 +497,7 @@ HONEST = {
 def test_honest_code_in_common_styles_gives_no_finding(source):
     tree = ast.parse(textwrap.dedent(source))
     names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
-    assert {name: forbidden_calls(tree, name, EVERY_FORBIDDEN) for name in names} == {name: [] for name in names}
+    assert {name: forbidden_uses(tree, name, EVERY_FORBIDDEN) for name in names} == {name: [] for name in names}
 
 
 # -- robustness ----------------------------------------------------------------------
@@ -539,13 +516,14 @@ def deepest_parsable(make, terms: int = 20_000) -> ast.Module:
 @pytest.mark.parametrize("make, found", [
     (lambda n: "x = " + "+".join(["1"] * n) + "\ndef softmax(x):\n    return x\n", None),
     (lambda n: "def softmax(x):\n    return " + "+".join(["x"] * n) + "\n", None),
-    (lambda n: "import torch\ndef softmax(x):\n    return torch" + ".a" * n + "._C\n", 3),
-    (lambda n: "import torch\ndef softmax(x):\n    return getattr(torch, " + "+".join(["'_'"] * n) + ")\n", 3),
+    (lambda n: "import torch\ndef softmax(x):\n    return torch" + ".nn" * n + ".softmax(x)\n", None),
+    (lambda n: "import torch\ndef softmax(x):\n    return getattr(torch, " + "+".join(["'_'"] * n) + ")\n", None),
     (lambda n: "import torch\n" + "(" * n + "T" + ",)" * n + " = " + "(" * n + "torch" + ",)" * n
-     + "\ndef softmax(x):\n    return T._C\n", 4),
-], ids=["top-level-sum", "sum-in-exercise", "attribute-chain", "getattr-sum", "nested-tuples"])
+     + "\ndef softmax(x):\n    return T.softmax(x)\n", 4),
+    (lambda n: "import torch\ndef softmax(x):\n    return " + "torch.exp(" * n + "torch.softmax(x)" + ")" * n + "\n", 3),
+], ids=["top-level-sum", "sum-in-exercise", "attribute-chain", "getattr-sum", "nested-tuples", "nested-calls"])
 def test_deep_trees_do_not_crash_the_scan(make, found):
-    lines = [line for line, _ in forbidden_calls(deepest_parsable(make), "softmax", SOFTMAX_CALLS)]
+    lines = [line for line, _, _ in forbidden_uses(deepest_parsable(make), "softmax", SOFTMAX_CALLS)]
     assert lines == ([found] if found else [])
 
 
@@ -554,6 +532,6 @@ def test_a_tree_deeper_than_any_parser_makes_does_not_crash_the_scan():
     chain = ast.Name("torch", ast.Load(), lineno=3, col_offset=11)
     for _ in range(100_000):
         chain = ast.Attribute(chain, "a", ast.Load(), lineno=3, col_offset=11)
-    tree.body[1].body[0].value = ast.Attribute(chain, "_C", ast.Load(), lineno=3, col_offset=11)
-    [(line, name)] = forbidden_calls(tree, "softmax", ())
-    assert line == 3 and name == "torch" + ".a" * 100_000 + "._C"
+    tree.body[1].body[0].value = ast.Call(chain, [], [], lineno=3, col_offset=11)
+    [(line, name, called)] = forbidden_uses(tree, "softmax", ("torch",))
+    assert line == 3 and called and name == "torch" + ".a" * 100_000
