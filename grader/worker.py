@@ -19,6 +19,7 @@ in this process can change them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import faulthandler
 import functools
 import linecache
@@ -283,7 +284,8 @@ def _describe_error(error: BaseException, filename: str) -> dict:
     kind = type(error).__name__
     if isinstance(error, SystemExit):
         message = f"called sys.exit({error.code!r})"
-    elif isinstance(error, MemoryError) or "can't allocate memory" in message:
+    elif (isinstance(error, MemoryError) or "can't allocate memory" in message
+          or isinstance(error, OSError) and error.errno == errno.ENOMEM):  # mmap past the budget
         kind, message = "MemoryError", "ran out of memory"
     return {
         "type": kind,

@@ -6,14 +6,13 @@ correct chapter file. Wherever it runs, the target scores 0, every other
 exercise and every other student keeps its points, the grade ends within its
 bound, and nothing the trick started is left running.
 
-The lines of defence are tested apart. The static scan refuses, in the
-grader and before anything runs, the ways around the worker's guards; the
-``unscanned`` tests grade without it, and there the worker's guards and the
-operating system (``grader.isolation``) must hold by themselves; the
-``unconfined`` tests also take the kernel's layers away, as on a machine
-without Landlock or seccomp, and show what is left: the grader's deadlines
-and its reaping. The student edition and the Gradescope bundle run some of
-these cases too (tests/test_release.py, tests/test_gradescope.py).
+A point comes only from data the grader judges, what the kernel measures or
+refuses, and torch's dispatcher refusing a forbidden call in the worker: so
+each case says which of those stops it (``Attack.stopped_by``). The
+``unconfined`` tests take the kernel's layers away, as on a machine without
+Landlock or seccomp, and show what is left: the grader's deadlines and its
+reaping. The student edition and the Gradescope bundle run some of these
+cases too (tests/test_release.py, tests/test_gradescope.py).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 
 import grader.forkserver
+import grader.isolation
 import grader.sandbox
 from conftest import SOLUTION, STUB, affected_by, replace_function, solution_source
 from grader import reaping
@@ -50,10 +50,11 @@ GRADER_PROBE = COURSE_ROOT / "grader" / "attack-probe.txt"
 class Attack:
     """A trick, written as the definition of the exercise it targets.
 
-    ``stopped_by``: what must stop it. "scan" - only the static scan can (the
-    trick puts the guards back as it found them, or calls its way around
-    them by name); "guards" - the worker's guards also refuse it at run
-    time; "os" - the kernel does (Landlock, seccomp, rlimits).
+    ``stopped_by``: what must stop it. "refusal" - torch's dispatcher in the
+    worker refuses the forbidden computation, on every route; "kernel" - the
+    kernel's count of memory; "os" - the kernel's other layers (Landlock,
+    seccomp, rlimits); "data" - the grader judges what came back, and it is
+    wrong.
     """
 
     name: str
@@ -68,13 +69,27 @@ class Attack:
 
 SOFTMAX_BY_HAND = "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return exps / exps.sum(dim=dim, keepdim=True)\n"
 
+# Chapter 7's whole (L, S) score matrix, hidden from every measure the worker makes.
+NAIVE_TILED = '''
+    scale = q.shape[-1] ** -0.5
+    scores = q @ k.transpose(-2, -1) * scale  # (..., L, S)
+    if causal:
+        L, S = q.shape[-2], k.shape[-2]
+        visible = torch.arange(S, device=q.device) <= torch.arange(L, device=q.device)[:, None] + S - L
+        scores = scores.masked_fill(~visible, float("-inf"))
+    m = scores.amax(dim=-1, keepdim=True).clamp(min=-1e30)
+    p = torch.exp(scores - m)
+    l = p.sum(dim=-1, keepdim=True)
+    return (p @ v) / l.clamp(min=1e-30), (m + torch.log(l)).squeeze(-1)
+'''
+
 ATTACKS = [
     Attack("alias-hides-internals", "ch01", "softmax", '''
 def softmax(x, dim=-1):
     T = torch
     with T._C.DisableTorchFunction():
         return T.softmax(x, dim)
-''', "guards"),
+''', "refusal"),
     Attack("importlib-pops-the-modes", "ch01", "softmax", '''
 def softmax(x, dim=-1):
     import importlib
@@ -83,16 +98,66 @@ def softmax(x, dim=-1):
     with getattr(dispatch, "_disable_current_" + "modes")():
         with getattr(internals, "DisableTorch" + "Function")():
             return torch.softmax(x, dim)
-''', "scan"),
-    Attack("guard-methods-replaced", "ch01", "softmax", '''
+''', "refusal"),
+    # The standard library reached through torch's own attributes, every mode popped
+    # and pushed back within the call.
+    Attack("torch-sys-pops-and-restores-modes", "ch01", "softmax", '''
 def softmax(x, dim=-1):
-    import sys
-    guards = sys.modules["grader." + "guards"]
-    passing = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
-    guards.ForbiddenCalls.__torch_function__ = passing
-    guards.ForbiddenKernels.__torch_dispatch__ = passing
+    dispatch = torch.sys.modules["torch.utils._python_dispatch"]
+    popped = [dispatch._pop_mode() for _ in range(dispatch._len_torch_dispatch_stack())]
+    try:
+        return torch.ops.aten._softmax.default(x, dim, False)
+    finally:
+        for mode in reversed(popped):
+            dispatch._push_mode(mode)
+''', "refusal"),
+    Attack("builtin-names-of-its-own", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    def exec(code):  # a function named like a builtin, then the builtin itself
+        return code
+    run = __builtins__["exec"] if isinstance(__builtins__, dict) else __builtins__.exec
+    found = {"x": x, "dim": dim, "torch": torch}
+    run(exec("out = torch.softmax(x, dim)"), found)
+    return found["out"]
+''', "refusal"),
+    Attack("softmax-on-another-thread", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(torch.softmax, x, dim).result()
+''', "refusal"),
+    Attack("tensor-subclass-unwraps", "ch01", "softmax", '''
+class Unwrapping(torch.Tensor):
+    @staticmethod
+    def __new__(cls, inner):
+        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+        made.inner = inner
+        return made
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._python_dispatch import _disable_current_modes
+        plain = lambda value: value.inner if isinstance(value, Unwrapping) else value
+        with _disable_current_modes():
+            return func(*map(plain, args), **{key: plain(v) for key, v in (kwargs or {}).items()})
+def softmax(x, dim=-1):
+    return Unwrapping(x).softmax(dim).inner
+''', "refusal"),
+    Attack("module-written-and-imported", "ch01", "softmax", '''
+def softmax(x, dim=-1):
+    import importlib, sys
+    with open("helper_module.py", "w") as helper:
+        helper.write("import torch\\ndef soft(x, dim):\\n    return torch.softmax(x, dim)\\n")
+    sys.path.insert(0, ".")
+    return importlib.import_module("helper_module").soft(x, dim)
+''', "refusal"),
+    Attack("refusals-replaced-at-import", "ch01", "softmax", '''
+import sys as _sys
+_refusals = _sys.modules["grader.refusals"]
+_refusals.install = lambda forbidden: None
+_refusals.REFUSED = "nothing refused"
+def softmax(x, dim=-1):
     return torch.softmax(x, dim)
-''', "guards"),
+''', "refusal"),
     Attack("mha-forward-with-torch-functions-off", "ch03", "torch_multihead_forward", '''
 def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias,
                             out_proj_weight, out_proj_bias, key_padding_mask=None, batch_first=False):
@@ -103,18 +168,86 @@ def torch_multihead_forward(query, key, value, num_heads, in_proj_weight, in_pro
             out_proj_weight, out_proj_bias, training=False, key_padding_mask=key_padding_mask,
             need_weights=False)[0]
     return out.transpose(0, 1) if batch_first else out
-''', "guards"),
+''', "refusal"),
     Attack("portability-tracker-silenced", "ch04", "causal_mask", '''
 def causal_mask(num_queries, num_keys=None, device=None):
     import sys
     sys.modules["grader." + "portability"].DeviceTracker.problem = lambda self, result: None
     num_keys = num_queries if num_keys is None else num_keys
     return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
-''', "guards"),
+''', "data"),
     Attack("numpy-exercise-uses-torch", "ch01", "softmax_numpy", '''
 def softmax_numpy(x, axis=-1):
     return torch.softmax(torch.from_numpy(x), axis).numpy()
-''', "guards"),
+''', "refusal"),
+    Attack("numpy-exercise-uses-torch-on-a-thread", "ch01", "softmax_numpy", '''
+def softmax_numpy(x, axis=-1):
+    import threading
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("value", torch.from_numpy(x).softmax(axis).numpy()))
+    worker.start()
+    worker.join()
+    return out["value"]
+''', "refusal"),
+    # Chapter 7: the whole score matrix, with the worker's measure of it switched off or lied to.
+    Attack("measure-popped", "ch07", "tiled_attention", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    from torch.utils._python_dispatch import _pop_mode
+    try:
+        _pop_mode()
+    except Exception:
+        pass
+''' + NAIVE_TILED, "kernel"),
+    Attack("measure-rewritten-through-gc", "ch07", "tiled_attention", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    import gc
+    for found in gc.get_objects():
+        if type(found).__name__ == "Measure":
+            found.__class__.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(
+                *args, **(kwargs or {}))
+''' + NAIVE_TILED, "kernel"),
+    Attack("scores-in-a-subclass", "ch07", "tiled_attention", '''
+class Hidden(torch.Tensor):
+    @staticmethod
+    def __new__(cls, inner):
+        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+        made.inner = inner
+        return made
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._python_dispatch import _disable_current_modes
+        plain = lambda value: value.inner if isinstance(value, Hidden) else value
+        with _disable_current_modes():
+            out = func(*map(plain, args), **{key: plain(v) for key, v in (kwargs or {}).items()})
+        return Hidden(out) if isinstance(out, torch.Tensor) else out
+def tiled_attention(q, k, v, block_size, causal=False):
+    out, lse = _naive(Hidden(q), Hidden(k), Hidden(v), causal)
+    return out.inner, lse.inner
+def _naive(q, k, v, causal):
+''' + NAIVE_TILED, "kernel"),
+    Attack("scores-kept-in-shared-memory", "ch07", "tiled_attention", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    import math, mmap
+    L, S = q.shape[-2], k.shape[-2]
+    shape = (*q.shape[:-1], S)
+    shared = mmap.mmap(-1, q.element_size() * math.prod(shape))  # a shared mapping: not private data
+    scores = torch.frombuffer(shared, dtype=q.dtype).view(shape)
+    torch.matmul(q, k.transpose(-2, -1), out=scores)
+    scores.mul_(q.shape[-1] ** -0.5)
+    if causal:
+        visible = torch.arange(S) <= torch.arange(L)[:, None] + S - L
+        scores.masked_fill_(~visible, float("-inf"))
+    m = scores.amax(dim=-1, keepdim=True).clamp(min=-1e30)
+    scores.sub_(m).exp_()
+    l = scores.sum(dim=-1, keepdim=True)
+    return (scores @ v) / l.clamp(min=1e-30), (m + torch.log(l)).squeeze(-1)
+''', "kernel"),
+    Attack("memory-set-aside-at-import", "ch07", "tiled_attention", '''
+_SPARE = torch.empty(64 * 2**20 // 4)  # set aside before any check, then let go
+_SPARE.fill_(0.0)
+del _SPARE
+def tiled_attention(q, k, v, block_size, causal=False):
+''' + NAIVE_TILED, "kernel"),
     Attack("execs-the-reference", "ch01", "self_attention", f'''
 def self_attention(x, w_q, w_k, w_v, mask=None):
     namespace = {{}}
@@ -202,7 +335,7 @@ def nothing_left_running() -> None:
     assert reaping.descendants() == frozenset()
 
 
-# What the kernel stops (with the static scan off) it stops only where it has the layers.
+# What the kernel stops it stops only where it has the layers.
 KERNEL_LAYERS = {"landlock", "scopes", "seccomp"} <= grader.sandbox.layers()
 kernel_layers = pytest.mark.skipif(not KERNEL_LAYERS, reason="this kernel lacks Landlock's scopes "
                                    "(Linux 6.12) or the seccomp filter")
@@ -238,18 +371,12 @@ def grader_untouched() -> None:
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda attack: attack.name)
 def test_every_attack_scores_nothing_on_its_target(grade_source, attack):
+    if attack.stopped_by == "kernel" and not grader.isolation.BUDGET_COUNTED:
+        pytest.skip("the kernel counts a call's memory on Linux only")
     others_keep_their_points(grade_attack(grade_source, attack), attack)
 
 
 @kernel_layers
-@pytest.mark.usefixtures("unscanned")
-@pytest.mark.parametrize("attack", [a for a in ATTACKS if a.stopped_by != "scan"], ids=lambda attack: attack.name)
-def test_without_the_static_scan_the_worker_and_the_kernel_hold(grade_source, attack):
-    others_keep_their_points(grade_attack(grade_source, attack), attack)
-
-
-@kernel_layers
-@pytest.mark.usefixtures("unscanned")
 @pytest.mark.parametrize("name, fragment", [
     ("execs-the-reference", "PermissionError"),
     ("appends-to-the-grader", "PermissionError"),
@@ -258,9 +385,19 @@ def test_without_the_static_scan_the_worker_and_the_kernel_hold(grade_source, at
     ("writes-200-mib", "File too large"),
     ("runs-a-program", "PermissionError"),
     ("raises-its-own-limits", "PermissionError"),
-    ("guard-methods-replaced", "changed the grader's checks in its process"),
-    ("portability-tracker-silenced", "changed the grader's checks in its process"),
-    ("numpy-exercise-uses-torch", "uses torch: this exercise is written without torch"),
+    ("alias-hides-internals", "calls torch.softmax (its kernel aten::_softmax) at line"),
+    ("torch-sys-pops-and-restores-modes", "calls torch.softmax (its kernel aten::_softmax) at line"),
+    ("softmax-on-another-thread", "calls torch.softmax (its kernel aten::_softmax)"),
+    ("tensor-subclass-unwraps", "calls torch.softmax (its kernel aten::_softmax) at line"),
+    ("refusals-replaced-at-import", "calls torch.softmax (its kernel aten::_softmax) at line"),
+    ("mha-forward-with-torch-functions-off", "calls torch.nn.functional.multi_head_attention_forward at line"),
+    ("numpy-exercise-uses-torch", "uses torch at line"),
+    ("portability-tracker-silenced", "would return a tensor on the CPU when run on a GPU"),
+    ("measure-popped", "needed more than 24 MiB at once"),
+    ("measure-rewritten-through-gc", "needed more than 24 MiB at once"),
+    ("scores-in-a-subclass", "needed more than 24 MiB at once"),
+    ("scores-kept-in-shared-memory", "needed more than 24 MiB at once"),
+    ("memory-set-aside-at-import", "needed more than 24 MiB at once"),
 ])
 def test_what_stops_each_attack_is_named(grade_source, name, fragment):
     attack = BY_NAME[name]
@@ -269,7 +406,7 @@ def test_what_stops_each_attack_is_named(grade_source, name, fragment):
     assert any(fragment in check.message for check in target.failed_checks), target.failed_checks[0].message
 
 
-@pytest.mark.usefixtures("unscanned", "unconfined")
+@pytest.mark.usefixtures("unconfined")
 @pytest.mark.parametrize("name", ["forks-a-process", "fork-flood", "stops-the-fork-server"])
 def test_without_the_kernels_layers_deadlines_and_reaping_end_the_grade(grade_source, name):
     """A machine without Landlock or seccomp: the processes a submission
@@ -280,22 +417,32 @@ def test_without_the_kernels_layers_deadlines_and_reaping_end_the_grade(grade_so
     others_keep_their_points(report, attack)
 
 
-def test_a_measurement_switched_off_fails_the_memory_check(grade_source):
-    """tiled_attention that builds the whole score matrix and pops the
-    measuring mode for good: refused by the scan, and by the guards without it."""
-    chapter = find_chapter("ch07")
-    source = replace_function(solution_source(chapter), "tiled_attention", '''
+def test_forged_answers_earn_nothing_the_kernel_refuses(grade_source):
+    """A worker that writes its own answer frames into the grader's pipe, with
+    a made-up measurement, still has to compute the values, and chapter 7's
+    whole score matrix does not fit the memory the kernel allows."""
+    source = replace_function(solution_source(find_chapter("ch07")), "tiled_attention", '''
 def tiled_attention(q, k, v, block_size, causal=False):
-    from torch.utils._python_dispatch import _pop_mode
-    _pop_mode()
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    if causal:
-        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(
-            k.shape[-2] - q.shape[-2]), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-''')
+    import os, sys
+    wire = sys.modules["grader.wire"]
+    out, lse = _naive(q, k, v, causal)
+    forged = {"ok": True, "value": wire.encode((out, lse)), "reached": [], "args": wire.encode([q, k, v]),
+              "kwargs": {}, "footprint": {"largest": {"shape": [1, 16], "numel": 16},
+                                          "reduction": {"op": "sum", "width": 2, "shape": [1, 2]}}}
+    frame = wire.dump(forged)
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if os.fstat(fd).st_mode & 0o170000 == 0o010000:  # a pipe: the answers' one among them
+                os.write(fd, frame)
+        except OSError:
+            pass
+    return out, lse
+def _naive(q, k, v, causal):
+''' + NAIVE_TILED)
     report = grade_source(source, chapter="ch07")
-    assert next(r for r in report.exercises if r.exercise.name == "tiled_attention").score == 0
+    tiled = next(result for result in report.exercises if result.exercise.name == "tiled_attention")
+    assert tiled.score == 0
+    nothing_left_running()
 
 
 # -- a grade's outputs ------------------------------------------------------------
@@ -397,10 +544,8 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
             os._exit(0)
     return x
 ''', "os")
-# The command line with neither the static scan nor the kernel's layers.
-UNCONFINED_CLI = ("import sys, grader.remote, grader.sandbox; grader.sandbox.layers = frozenset; "
-                  f"sys.path.insert(0, {str(Path(__file__).parent)!r}); from conftest import NoScan; "
-                  "grader.remote.Scan = NoScan; "
+# The command line without the kernel's layers.
+UNCONFINED_CLI = ("import sys, grader.sandbox; grader.sandbox.layers = frozenset; "
                   "from grader.cli import run; sys.argv = ['mha-course'] + sys.argv[1:]; run()")
 
 
@@ -529,12 +674,6 @@ def test_a_class_with_attackers_is_graded_fairly(tmp_path):
     check_batch(tmp_path)
 
 
-@kernel_layers
-@pytest.mark.usefixtures("unscanned")
-def test_without_the_scan_the_kernel_keeps_the_class_fair(tmp_path):
-    check_batch(tmp_path)
-
-
 def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
     """``mha-course batch`` grades each student from a process that never
     loaded the reference, the checks or the known bugs."""
@@ -551,7 +690,7 @@ def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
     assert batch_rows(tmp_path / "grades")["alice"]["total"] == str(CH01.points)
 
 
-@pytest.mark.usefixtures("unscanned", "unconfined")
+@pytest.mark.usefixtures("unconfined")
 def test_without_the_kernels_layers_a_daemon_dies_before_the_outputs_are_written(tmp_path):
     out = tmp_path / "grades"
     (tmp_path / "class" / "mallory").mkdir(parents=True)
@@ -584,7 +723,6 @@ def test_a_state_file_changed_by_anyone_else_is_not_trusted(tmp_path):
 
 
 @kernel_layers
-@pytest.mark.usefixtures("unscanned")
 def test_the_out_folder_is_beyond_a_workers_reach(tmp_path):
     """The state's key, the CSV and the results: a worker can read none of them."""
     out = tmp_path / "grades"

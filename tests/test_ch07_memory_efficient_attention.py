@@ -28,8 +28,8 @@ from grader.known_bugs import apply_bug
 CH07 = find_chapter("ch07")
 SOLUTION = solution_source(CH07)
 LESSON = COURSE_ROOT / "chapters" / CH07.folder
-MEMORY_CHECK = ("at T = 2048 with blocks of 128, needs no more than 24 MiB of memory, as the kernel counts it "
-                "(the (L, S) scores alone take 16 MiB)")
+MEMORY_CHECK = ("with 1024 queries, 16384 keys and blocks of 128, needs no more than 24 MiB of memory, as the "
+                "kernel counts it (the (L, S) scores alone take 64 MiB)")
 
 
 def _load(path, name: str):
@@ -285,17 +285,19 @@ def test_naive_attention_fails_the_memory_check_only_and_names_the_tensor(grade_
         "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S)") + 1
     # Which allocation goes over the budget (the scores, or the next (L, S) tensor) varies.
     assert "needed more than 24 MiB at once at line" in message and "the kernel refused the memory" in message
-    assert (f"its largest tensor was (1, 2048, 2048), made at line {line} (scores = q @ k.transpose" in message
+    assert (f"its largest tensor was (1, 1024, 16384), made at line {line} (scores = q @ k.transpose" in message
             or f"at line {line} (scores = q @ k.transpose" in message and "made on that line" in message)
     assert all(check.hint == WHOLE_MATRIX_HINT for check in result_of(report, "tiled_attention").failed_checks)
     assert statuses(report)["online_softmax"] == statuses(report)["merge_attention"] == "passed"
 
 
-def test_a_whole_boolean_causal_mask_fits_the_budget_and_is_noted(grade_source):
-    """(L, S) booleans take 4 MiB at T = 2048: within what the kernel allows,
-    so only the worker's measure, in a note, says so."""
+def test_a_whole_causal_mask_fails_the_causal_memory_check_only(grade_source):
+    """torch.ones(L, S).tril() in booleans: 16 MiB, and as much again for the
+    triangle, with 1024 queries and 16384 keys: over what the kernel allows."""
     report = grade_source(replace_function(SOLUTION, "tiled_attention", WHOLE_MASK), chapter="ch07")
-    assert report.passed
+    failed = _failed(report, "tiled_attention")
+    assert set(failed) == {f"{MEMORY_CHECK} [causal]"}
+    assert "its largest tensor was (1024, 16384), made" in failed[f"{MEMORY_CHECK} [causal]"]
     assert any("made a (512, 512) tensor" in text and "as large as the whole (L, S) scores" in text
                for text in _noted(report, "tiled_attention"))
 

@@ -14,11 +14,11 @@ the student's ``tiled_attention`` over two parts of the keys, put together
 by their ``merge_attention`` (skipped while ``tiled_attention`` is wrong,
 which its own checks say).
 
-The memory check is the chapter's point: ``tiled_attention`` at T = 2048
-runs in a worker of its own that may map 24 MiB beyond what it maps before
-the file's first statement, as the kernel counts it (``run_within``): the
-``(L, S)`` scores alone take 16 MiB, so building them fails, whatever the
-code does to hide it. Two more checks read the worker's own measure of
+The memory check is the chapter's point: ``tiled_attention`` with 1024
+queries and 16384 keys runs in a worker of its own that may map 24 MiB
+beyond what it maps before the file's first statement, as the kernel counts
+it (``run_within``): the ``(L, S)`` scores alone take 64 MiB, so building
+them fails, whatever the code does to hide it. Two more checks read the worker's own measure of
 every operation (``RemoteSubmission.call(..., measure=True)``,
 ``grader.footprint``) and add a note, never a failure, since the student's
 code can change that measure: a tensor as large as ``(L, S)`` (a whole
@@ -221,24 +221,27 @@ def test_tiled_large_logits(submission, bugs, inputs, causal):
                   reference=_causal_text(causal, 6, 10), rtol=1e-2)
 
 
-# What tiled attention at T = 2048 (d = 16, blocks of 128) may map beyond what its worker
-# maps before the file runs, as the kernel counts it. Measured on Linux with torch 2.13:
-# the reference needs 5 MiB, the correct-style corpus at most 12 MiB (float64 and einsum,
-# a first matrix product's buffers included); the (L, S) scores alone take 16 MiB, and the
-# whole-matrix known bug needs 50. Half way, in ratio, between the two.
+# What tiled attention with L = 1024 queries and S = 16384 keys (d = 8, blocks of 128) may
+# map beyond what its worker maps before the file runs, as the kernel counts it. The
+# (L, S) scores alone take 64 MiB in float32, however they are computed (in place, in a
+# shared mapping); in float16 they would be too coarse for the values to pass. Measured on
+# Linux with torch 2.13: the reference needs about 4 MiB, the correct-style corpus at most
+# 10 (float64 and einsum, a first matrix product's buffers included), the whole-matrix
+# known bug about 200. Few queries and many keys keep (L, block) pieces small and a
+# FlashAttention-2 double loop short (8 blocks of queries).
 MEMORY_BUDGET = 24 * 2**20
 
 
 @exercise("tiled_attention")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tiled_never_builds_the_score_matrix(submission, inputs, causal):
-    """at T = 2048 with blocks of 128, needs no more than 24 MiB of memory, as the kernel counts it (the (L, S) scores alone take 16 MiB)"""
-    length, block_size = 2048, 128
-    q, k, v = (inputs.randn(1, length, 16) for _ in range(3))
+    """with 1024 queries, 16384 keys and blocks of 128, needs no more than 24 MiB of memory, as the kernel counts it (the (L, S) scores alone take 64 MiB)"""
+    num_queries, num_keys, block_size = 1024, 16384, 128
+    q, k, v = inputs.randn(1, num_queries, 8), inputs.randn(1, num_keys, 8), inputs.randn(1, num_keys, 8)
     got, call = run_within(submission, MEMORY_BUDGET, "tiled_attention", q, k, v, block_size, causal=causal,
                            hint=WHOLE_MATRIX_HINT)
     _expect_tiled(got, call, oracles.attention_with_lse(q, k, v, causal),
-                  reference=_causal_text(causal, length, length))
+                  reference=_causal_text(causal, num_queries, num_keys))
 
 
 @exercise("tiled_attention")
