@@ -203,7 +203,7 @@ def softmax_numpy(x, axis=-1):
     ("out, w = scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T); return out / 0, w",
      "has inf at"),
     ("out, w = scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T); "
-     "return out.to('meta'), w", "returned a tensor on the meta device (a shape, no values)"),
+     "return out.to('meta'), w", "returned a tensor on meta for inputs on cpu"),
 ], ids=["none", "tensor", "list", "shape", "dtype", "strings", "nan", "inf", "meta-device"])
 def test_wrong_results_say_what_is_wrong(grade_source, line, fragment):
     report = grade_source(broken_self_attention("import torch", line))
