@@ -148,7 +148,7 @@ Folder = Annotated[Path | None, typer.Option(
     "--dir", help="Folder holding the submission.  \\[default: exercises/]", show_default=False)]
 Where = Annotated[Device, typer.Option(help="Where the checks run.")]
 Timeout = Annotated[float, typer.Option(
-    help="Seconds one check may take; an exercise may take four times that.", min=0.1)]
+    help="Seconds of CPU time one check may take; an exercise may take four times that.", min=0.1)]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
 
 

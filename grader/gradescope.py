@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", type=Path, help="Gradescope's folder (/autograder)")
     parser.add_argument("--chapters", default="", help="chapter ids, space-separated (default: all)")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds for one check")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds of CPU time for one check")
     parser.add_argument("--student-user", default=STUDENT_USER)
     args = parser.parse_args(argv)
     reaping.adopt_orphans()  # first, before anything forks

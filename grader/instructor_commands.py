@@ -69,7 +69,8 @@ def batch(
     force: Annotated[bool, typer.Option(
         "--force", help="Grade every student again, not only those whose submission changed.")] = False,
     timeout: Annotated[float, typer.Option(
-        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+        help="Seconds of CPU time one check may take; an exercise may take four times that.",
+        min=0.1)] = 10.0,
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs, the same for every student.  \\[default: a fresh one]",
         show_default=False)] = None,
@@ -170,7 +171,8 @@ def gradescope(
     visibility: Annotated[Visibility, typer.Option(
         help="When students see their results on Gradescope.")] = Visibility.visible,
     timeout: Annotated[float, typer.Option(
-        help="Seconds one check may take; an exercise may take four times that.", min=0.1)] = 10.0,
+        help="Seconds of CPU time one check may take; an exercise may take four times that.",
+        min=0.1)] = 10.0,
 ) -> None:
     """Write a Gradescope autograder (for instructors).
 

@@ -51,13 +51,32 @@ MAX_OPEN_FILES = 256
 MAX_EXTRA_PROCESSES = 64  # threads and processes beyond those the account already runs
 
 
+# How much longer than its CPU time a worker may take by the clock. A grade
+# runs one process a core plus one beside whatever else the machine runs:
+# with 4 busy processes a core, about 5.5 runnable processes share each
+# core and a worker's CPU time advances at a fifth of the clock's speed or
+# less, so even code at its CPU limit finishes within 5.5 times the limit.
+# Ten leaves that margin again (a container's CPU quota, a busier machine)
+# and still stops, within minutes, a worker that uses no CPU at all: one
+# asleep or blocked, which no CPU limit ever reaches.
+WALL_FACTOR = 10
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one worker may spend.
 
+    Time is the worker's CPU time as the kernel counts it
+    (``sandbox.Worker.cpu_seconds``): a busy machine slows correct code
+    down but costs it nothing. Each time limit has a wall-clock backstop
+    ``WALL_FACTOR`` times longer, for a worker that uses no CPU (asleep,
+    blocked). Where the system tells the grader no other process's CPU time
+    (no ``/proc``: macOS), the limits are wall time and the backstop never
+    comes first.
+
     Attributes:
-        check_seconds: wall time for one check (and for loading the file).
-        exercise_seconds: wall time for all the checks of one exercise.
+        check_seconds: CPU time for one check (and for loading the file).
+        exercise_seconds: CPU time for all the checks of one exercise.
         memory_bytes: address space a worker may add to what it inherits
             (0: no limit).
     """
@@ -71,6 +90,16 @@ class Limits:
         """The limits a command's ``--timeout`` asks for: ``seconds`` for a
         check, four times that for all the checks of an exercise."""
         return cls(check_seconds=seconds, exercise_seconds=4 * seconds)
+
+    @property
+    def check_wall_seconds(self) -> float:
+        """The clock's backstop for one check."""
+        return WALL_FACTOR * self.check_seconds
+
+    @property
+    def exercise_wall_seconds(self) -> float:
+        """The clock's backstop for all the checks of one exercise."""
+        return WALL_FACTOR * self.exercise_seconds
 
 
 @dataclass(frozen=True)
@@ -198,9 +227,7 @@ def _set_limits(limits: Limits, inherited: int, processes: int, budget: int) -> 
     """rlimits: a backstop for the grader's own deadlines and checks, and a
     memory check's budget."""
     wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
-              (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
-              # Wall-clock deadlines are the grader's; this ends a worker whose grader is gone.
-              (resource.RLIMIT_CPU, int(limits.check_seconds + limits.exercise_seconds) + 5)]
+              (resource.RLIMIT_NOFILE, MAX_OPEN_FILES)]
     space = inherited + limits.memory_bytes if limits.memory_bytes and inherited else 0
     if budget and BUDGET_COUNTED:
         # Every mapping counts (shared ones too, unlike RLIMIT_DATA), taken from now
@@ -215,13 +242,25 @@ def _set_limits(limits: Limits, inherited: int, processes: int, budget: int) -> 
     if os.getuid() != 0 and hasattr(resource, "RLIMIT_NPROC"):  # root is exempt from it
         wanted.append((resource.RLIMIT_NPROC, (processes or 1024) + MAX_EXTRA_PROCESSES))
     for kind, value in wanted:
-        with contextlib.suppress(ValueError, OSError):  # not every system enforces each
-            _, hard = resource.getrlimit(kind)
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(kind, (value, value))
+        _set_limit(kind, value, value)
+    # The grader stops a worker at its CPU limits, and a worker runs at most
+    # the file's statements (one check's limit) and one exercise's checks:
+    # past their sum and a margin, the kernel ends one whose grader is gone.
+    # SIGXCPU first (the grader reports it as a timeout), SIGKILL a second on.
+    cpu = int(limits.check_seconds + limits.exercise_seconds) + 5
+    _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     # Past the file-size limit a write fails with an error the student reads,
     # instead of a signal that kills the worker without a word.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _set_limit(kind: int, soft: int, hard: int) -> None:
+    """Lower one rlimit, never above the hard limit already there."""
+    with contextlib.suppress(ValueError, OSError):  # not every system enforces each
+        _, ceiling = resource.getrlimit(kind)
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        resource.setrlimit(kind, (soft, hard))
 
 
 # Where the kernel enforces a limit on a process's address space and

@@ -3,7 +3,8 @@
 ``RemoteSubmission`` looks like the student's module (``submission.softmax(x)``)
 but every call is sent to a worker process and only data comes back. It also
 keeps the bookkeeping the checks should not have to: one worker per exercise,
-the per-check and per-exercise time limits, and turning every way a call can
+the per-check and per-exercise time limits (the worker's CPU time, with the
+clock as a backstop: ``sandbox.Limits``), and turning every way a call can
 go wrong (missing function, syntax error, exception, timeout, crash, changed
 inputs) into a ``CheckFailure`` with one clear sentence.
 """
@@ -27,7 +28,7 @@ from grader.module_calls import ModuleCall
 from grader.outcomes import Failure
 from grader.portability import device_for, judge, plain_line
 from grader.refusals import REFUSED
-from grader.sandbox import Limits, LoadResult, Worker, WorkerDied, fork_server, probe
+from grader.sandbox import Deadline, Limits, LoadResult, Worker, WorkerDied, fork_server, probe, timeout_reason
 from grader.wire import WireError, decode, devices, encode
 
 
@@ -41,9 +42,27 @@ class Signature(NamedTuple):
 _UNKNOWN = Signature(0, [])
 
 
+@dataclass(frozen=True)
+class _CallTime:
+    """One call's share of its check's and its exercise's time."""
+
+    deadline: Deadline
+    limit: str  # the CPU limit it may run into, in words: "2 s"
+    wall_limit: float  # the clock's backstop it has, in seconds
+    started: float  # time.monotonic() when it was sent
+    cpu: float  # the worker's CPU time then
+
+    def reason(self, death: WorkerDied, worker: Worker, submission: Submission) -> str:
+        """What a call that ``death`` stopped did, in words."""
+        if death.kind != Failure.TIMEOUT:
+            return death.reason
+        return timeout_reason(death, self.limit, self.wall_limit, worker.cpu_seconds() - self.cpu, submission)
+
+
 @dataclass
 class _ExerciseState:
-    spent: float = 0.0  # seconds of worker time used by this exercise's checks
+    cpu: float = 0.0  # seconds of worker CPU time used by this exercise's checks
+    wall: float = 0.0  # seconds of the clock they took
     failure: CheckFailure | None = None  # sticky: a dead worker fails the rest
 
 
@@ -82,7 +101,8 @@ class RemoteSubmission:
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
         self._exercise: str | None = None
-        self._check_deadline = 0.0
+        self._check_cpu = 0.0  # CPU time the current check's calls used
+        self._check_deadline = 0.0  # when the clock's backstop stops the current check
         self._loaded = False
         self.reached: set[str] = set()  # the chapter functions the current check's calls ran
 
@@ -99,7 +119,7 @@ class RemoteSubmission:
             return
         self._signatures = _signatures(self.submission)
         self._loaded_file = probe(self._fork_server(), self.chapter.id, self.limits,
-                                  forbidden=self._forbidden(exercise))
+                                  forbidden=self._forbidden(exercise), submission=self.submission)
         # A statement refused only because the probing worker serves
         # ``exercise`` (a comparison with torch.softmax at the bottom of the
         # file) ran in the other exercises' workers: not worth a note.
@@ -128,7 +148,8 @@ class RemoteSubmission:
         self.load(exercise)
         self._exercise = exercise
         self.reached = set()
-        self._check_deadline = time.monotonic() + self.limits.check_seconds
+        self._check_cpu = 0.0
+        self._check_deadline = time.monotonic() + self.limits.check_wall_seconds
         if self._worker is not None and self._worker_exercise is None and not self._preloads(exercise):
             self._worker_exercise = exercise  # the fresh worker that loaded the file
         elif self._worker is not None and self._worker_exercise != exercise:
@@ -187,19 +208,13 @@ class RemoteSubmission:
         state = self._exercises.setdefault(exercise, _ExerciseState())
         if state.failure is not None:
             raise state.failure
-        budget_left = self.limits.exercise_seconds - state.spent
-        if budget_left <= 0:
-            raise CheckFailure(f"{exercise} used up its time limit of "
-                               f"{self.limits.exercise_seconds:g} s", Failure.TIMEOUT)
+        self._refuse_over_time(exercise, state)
         try:
             worker = self._budget_worker(exercise, budget) if budget else self._worker_for(exercise)
         except WorkerDied as death:
-            state.failure = _death_failure(text, death, "")
+            state.failure = _death_failure(text, death)
             raise state.failure from None
-        started = time.monotonic()
-        deadline = min(self._check_deadline, started + budget_left)
-        limit = (f"{self.limits.check_seconds:g} s" if deadline == self._check_deadline
-                 else f"the {self.limits.exercise_seconds:g} s limit of the whole exercise")
+        timing = self._time_for(worker, state)
         device = device_for(self.device) if portability else self.device
         request = {
             "function": function,
@@ -213,15 +228,15 @@ class RemoteSubmission:
             "watch": self._uses(exercise),
         }
         try:
-            answer = worker.request(request, deadline)
+            answer = worker.request(request, timing.deadline)
         except WorkerDied as death:
             if budget:  # a worker of its own: the exercise's goes on
-                raise _death_failure(text, death, limit) from None
+                raise _death_failure(text, death, timing.reason(death, worker, self.submission)) from None
             self._stop_worker()
-            state.failure = _death_failure(text, death, limit)
+            state.failure = _death_failure(text, death, timing.reason(death, worker, self.submission))
             raise state.failure from None
         finally:
-            state.spent += time.monotonic() - started
+            self._spend(timing, worker, state)
             if budget:
                 worker.kill()
         if isinstance(answer.get("reached"), list):
@@ -251,6 +266,35 @@ class RemoteSubmission:
         return f"{function}({', '.join(parts)})"
 
     # -- internals ---------------------------------------------------------------
+
+    def _refuse_over_time(self, exercise: str, state: _ExerciseState) -> None:
+        """Fail a call of an exercise that has used up its time."""
+        if state.cpu >= self.limits.exercise_seconds:
+            raise CheckFailure(f"{exercise} used up its time limit of {self.limits.exercise_seconds:g} s",
+                               Failure.TIMEOUT)
+        if state.wall >= self.limits.exercise_wall_seconds:
+            raise CheckFailure(f"{exercise} used up its time limit of {self.limits.exercise_wall_seconds:g} s "
+                               "by the clock", Failure.TIMEOUT)
+
+    def _time_for(self, worker: Worker, state: _ExerciseState) -> _CallTime:
+        """What the next call may spend: what is left of the check's CPU
+        time and of the exercise's, and of the clock's backstops."""
+        started, cpu = time.monotonic(), worker.cpu_seconds()
+        check_left = self.limits.check_seconds - self._check_cpu
+        exercise_left = self.limits.exercise_seconds - state.cpu
+        limit = (f"{self.limits.check_seconds:g} s" if check_left <= exercise_left
+                 else f"the rest of the exercise's {self.limits.exercise_seconds:g} s")
+        wall = min(self._check_deadline, started + self.limits.exercise_wall_seconds - state.wall)
+        wall_limit = (self.limits.check_wall_seconds if wall == self._check_deadline
+                      else self.limits.exercise_wall_seconds)
+        return _CallTime(Deadline(cpu + min(check_left, exercise_left), wall), limit, wall_limit, started, cpu)
+
+    def _spend(self, timing: _CallTime, worker: Worker, state: _ExerciseState) -> None:
+        """Count what a call used against its check and its exercise."""
+        used = worker.cpu_seconds() - timing.cpu
+        self._check_cpu += used
+        state.cpu += used
+        state.wall += time.monotonic() - timing.started
 
     def _parameters_of(self, function: str, module: ModuleCall | None) -> list[str]:
         """The names of the arguments a call passes: of ``softmax``, of
@@ -310,7 +354,7 @@ class RemoteSubmission:
             asked = time.monotonic()
             server = self._preloaded if self._preloads(exercise) else self._fork_server()
             self._worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
-                                  forbidden=self._forbidden(exercise))
+                                  forbidden=self._forbidden(exercise), filename=str(self.submission.path))
             self._worker_exercise = exercise
             # Starting it is the grader's time, not the check's (longer when
             # a fork server had to be replaced).
@@ -323,7 +367,7 @@ class RemoteSubmission:
         asked = time.monotonic()
         server = self._preloaded if self._preloads(exercise) else self._fork_server()
         worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
-                        forbidden=self._forbidden(exercise), budget=budget)
+                        forbidden=self._forbidden(exercise), budget=budget, filename=str(self.submission.path))
         self._check_deadline += time.monotonic() - asked  # starting it is the grader's time
         return worker
 
@@ -444,11 +488,13 @@ def _error_failure(text: str, error: object, locate=plain_line, budget: int = 0)
     return CheckFailure(f"{text} raised {kind}{where}{detail}", Failure.ERROR)
 
 
-def _death_failure(text: str, death: WorkerDied, limit: str) -> CheckFailure:
+def _death_failure(text: str, death: WorkerDied, reason: str = "") -> CheckFailure:
+    """A dead worker's failure: ``reason`` (by default ``death.reason``) and,
+    for a timeout, a guess at why."""
+    hint = ""
     if death.kind == Failure.TIMEOUT:
-        return CheckFailure(f"{text} did not finish within {limit}: an infinite loop? "
-                            "(the exercise's other checks are skipped)", Failure.TIMEOUT)
-    return CheckFailure(f"{text} {death.reason} (the exercise's other checks are skipped)",
+        hint = ": is it asleep, or waiting for something?" if death.backstop else ": an infinite loop?"
+    return CheckFailure(f"{text} {reason or death.reason}{hint} (the exercise's other checks are skipped)",
                         death.kind)
 
 

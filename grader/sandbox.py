@@ -7,8 +7,15 @@ a fork rather than a torch import. What runs in it is
 submission's statements and answers calls. Whatever the student's code does
 there (loop forever, exit, crash, print a flood, patch torch), the grader
 only ever sees frames of plain data or a dead process, and turns the latter
-into a reason: timed out, exited, crashed, ran out of memory. Every read
-from a worker has a deadline.
+into a reason: timed out, exited, crashed, ran out of memory.
+
+Every wait on a worker has a deadline in the worker's CPU time, the
+kernel's count, read here from outside (``Worker.cpu_seconds``), and a
+wall-clock backstop several times longer (``Limits``). A worker stopped for
+time is first asked where it was: the signal ``worker.STACK_SIGNAL`` makes it
+write its Python stack into its reply pipe, and the innermost line of the
+student's file in it goes into the message. What it writes there is read for
+a moment, bounded, and used for that message only.
 
 ``fork_server`` also prepares what the workers of one grade may touch: a
 folder holding a copy of the submissions (the only files of the student's
@@ -22,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import re
 import select
 import signal
 import tempfile
@@ -36,16 +44,44 @@ from grader.isolation import CONFINEMENT_FAILED, Limits, Policy
 from grader.loading import Submission
 from grader.outcomes import Failure
 
-__all__ = ["Limits", "LoadResult", "Worker", "WorkerDied", "fork_server", "probe", "run_workers_as"]
+__all__ = ["CPU_CLOCK", "Deadline", "Limits", "LoadResult", "Worker", "WorkerDied", "fork_server", "probe",
+           "run_workers_as", "timeout_reason"]
+
+# Whether this system tells another process's CPU time: Linux's /proc does,
+# macOS has no /proc and its limits stay wall time (``Worker.cpu_seconds``).
+CPU_CLOCK = os.path.exists(f"/proc/{os.getpid()}/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if "SC_CLK_TCK" in os.sysconf_names else 100
+_POLL_SECONDS = 0.5  # how often a wait looks at the worker's CPU time, at most
+_STACK_SECONDS = 1.0  # how long a worker stopped for time is given to tell where it was
+_STACK_BYTES = 256 * 2**10  # and how much of what it writes is read
 
 
 class WorkerDied(Exception):
-    """The worker stopped answering: ``reason`` says how, in words."""
+    """The worker stopped answering: ``reason`` says how, in words.
 
-    def __init__(self, reason: str, kind: Failure = Failure.CRASH):
+    For a timeout, ``backstop`` says whether the clock's backstop stopped
+    it rather than its CPU limit, and ``line`` is the line of the student's
+    file it was on, as its stack said (a message's detail, never more), or
+    None.
+    """
+
+    def __init__(self, reason: str, kind: Failure = Failure.CRASH, line: int | None = None,
+                 backstop: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.kind = Failure(kind)  # TIMEOUT, EXIT, CRASH, MEMORY or PROTOCOL
+        self.line = line
+        self.backstop = backstop
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a wait on a worker gives up: once its CPU time reaches ``cpu``
+    seconds (as ``Worker.cpu_seconds`` counts), or the clock (``time.monotonic``)
+    reaches ``wall``, whichever comes first."""
+
+    cpu: float
+    wall: float
 
 
 _WORKER_ACCOUNT: tuple[int, int] | None = None  # (uid, gid) workers run as; None: as the grader
@@ -142,13 +178,18 @@ class Worker:
         budget: bytes the worker may map beyond what it maps before the
             file's first statement, for its whole life (0: no budget but
             the limits'): a memory check (``isolation.confine``).
+        filename: the student's file as its code objects name it
+            (``Submission.path``): a timeout names the line it was on there.
     """
 
     def __init__(self, server: ForkServer, key: str, limits: Limits,
                  skip: frozenset[int] = frozenset(), report: bool = False, forbidden: tuple[str, ...] = (),
-                 budget: int = 0):
+                 budget: int = 0, filename: str = ""):
         self.limits = limits
         self._server = server
+        self._filename = filename
+        self._started = time.monotonic()
+        self._cpu = 0.0
         request = {"limits": dataclasses.asdict(limits), "skip": sorted(skip), "report": report,
                    "forbidden": list(forbidden), "budget": budget}
         try:
@@ -157,10 +198,31 @@ class Worker:
             raise WorkerDied(f"could not be started ({error})", Failure.CRASH) from None
         self._running = True
 
+    def cpu_seconds(self) -> float:
+        """The worker's CPU time so far, user and system, of all its
+        threads, as the kernel counts it (``/proc/<pid>/stat``; the worker
+        is the fork server's child, so this process reads it from outside).
+        Where the system tells no other process's CPU time (macOS), the
+        wall time since the worker was asked for, so that limits are wall
+        time there. Once the worker is gone, the last figure read."""
+        if not CPU_CLOCK:
+            return time.monotonic() - self._started
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                # After the command name, which may hold spaces and parentheses.
+                fields = stat.read().rpartition(b")")[2].split()
+            self._cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+        return self._cpu
+
+    def deadline(self, cpu_seconds: float, wall_seconds: float) -> Deadline:
+        """The deadline ``cpu_seconds`` of this worker's CPU time, or
+        ``wall_seconds`` of the clock, from now."""
+        return Deadline(self.cpu_seconds() + cpu_seconds, time.monotonic() + wall_seconds)
+
     # Frames from the child are read against a deadline; a missing answer
     # is a timeout, an end of file is a death whose cause waitpid tells.
 
-    def receive(self, deadline: float) -> dict:
+    def receive(self, deadline: Deadline) -> dict:
         header = self._read(wire.HEADER.size, deadline)
         size = sum(wire.HEADER.unpack(header))
         if size > wire.MAX_FRAME:
@@ -172,20 +234,17 @@ class Worker:
             self.kill()
             raise WorkerDied(str(error), Failure.PROTOCOL) from None
 
-    def request(self, message: dict, deadline: float) -> dict:
+    def request(self, message: dict, deadline: Deadline) -> dict:
         """Send one request and wait for its answer until ``deadline``."""
         self._write(wire.dump(message), deadline)
         return self.receive(deadline)
 
-    def _read(self, size: int, deadline: float) -> bytes:
+    def _read(self, size: int, deadline: Deadline) -> bytes:
         chunks, remaining = [], size
         poller = select.poll()
         poller.register(self._from_child, select.POLLIN)
         while remaining:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(left * 1000):
-                self.kill()
-                raise WorkerDied("timed out", Failure.TIMEOUT)
+            self._wait(poller, deadline)
             chunk = os.read(self._from_child, min(remaining, 2**20))
             if not chunk:
                 raise self._death()
@@ -193,22 +252,63 @@ class Worker:
             remaining -= len(chunk)
         return b"".join(chunks)
 
-    def _write(self, data: bytes, deadline: float) -> None:
+    def _write(self, data: bytes, deadline: Deadline) -> None:
         view = memoryview(data)
         poller = select.poll()
         poller.register(self._to_child, select.POLLOUT)
         os.set_blocking(self._to_child, False)
         while view:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(left * 1000):
-                self.kill()
-                raise WorkerDied("timed out", Failure.TIMEOUT)
+            self._wait(poller, deadline)
             try:
                 view = view[os.write(self._to_child, view):]
             except BlockingIOError:
                 continue
             except BrokenPipeError:
                 raise self._death() from None
+
+    def _wait(self, poller: select.poll, deadline: Deadline) -> None:
+        """Wait until the pipe is ready; past ``deadline``, stop the worker
+        and raise a timeout. The CPU time is looked at every so often: a
+        worker on one thread cannot use more of it than the clock runs."""
+        while True:
+            cpu_left = deadline.cpu - self.cpu_seconds()
+            wall_left = deadline.wall - time.monotonic()
+            if cpu_left <= 0 or wall_left <= 0:
+                raise self._timed_out(backstop=cpu_left > 0)
+            if poller.poll(min(wall_left, max(cpu_left, 0.01), _POLL_SECONDS) * 1000):
+                return
+
+    def _timed_out(self, backstop: bool) -> WorkerDied:
+        """Stop a worker over its time, once it has said where it was."""
+        line = self._current_line()
+        self.cpu_seconds()  # its last figure, for the message
+        self.kill()
+        return WorkerDied("timed out", Failure.TIMEOUT, line, backstop)
+
+    def _current_line(self) -> int | None:
+        """Where the worker is in the student's file: send it
+        ``worker.STACK_SIGNAL`` and read its stack from its reply pipe for a
+        moment. None when it does not say (it turned the report off, or
+        died of the signal, or is stuck outside the file)."""
+        if not self._filename or self._from_child < 0:
+            return None
+        try:
+            os.kill(self.pid, worker.STACK_SIGNAL)
+        except OSError:
+            return None
+        stack = StackReader(self._filename)
+        poller = select.poll()
+        poller.register(self._from_child, select.POLLIN)
+        ends = time.monotonic() + _STACK_SECONDS
+        while not stack.done and stack.size < _STACK_BYTES:
+            left = ends - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                break
+            chunk = os.read(self._from_child, _STACK_BYTES - stack.size)
+            if not chunk:
+                break
+            stack.feed(chunk)
+        return stack.line
 
     def _death(self) -> WorkerDied:
         """Why the child is gone, from its exit status."""
@@ -224,6 +324,8 @@ class Worker:
             number = os.WTERMSIG(status)
             if number == signal.SIGSEGV:
                 return WorkerDied("crashed with a segmentation fault")
+            if number == signal.SIGXCPU:  # the kernel's backstop, past the grader's own limits
+                return WorkerDied("used up its CPU time", Failure.TIMEOUT)
             if number == signal.SIGKILL:
                 return WorkerDied("was killed, most likely for using too much memory", Failure.MEMORY)
             return WorkerDied(f"was killed by signal {signal.Signals(number).name}")
@@ -251,6 +353,105 @@ class Worker:
         self._to_child = self._from_child = -1
 
 
+_FRAME = re.compile(rb'  File "(.*)", line (\d{1,9}) in ')
+_LONGEST_NAME = 500  # faulthandler writes this many characters of a file name, then "..."
+
+
+class StackReader:
+    """Finds, in what a worker wrote when asked where it was, the line of
+    the student's file it was running.
+
+    What a worker writes is faulthandler's dump: each thread's stack, a
+    header and then a line per frame, innermost first, file names escaped
+    to ASCII. The thread that runs the grader's requests is the one whose
+    stack passes through ``grader.worker``; its innermost frame in the
+    student's file is the line. Failing that (the dump cut short), the
+    innermost such frame of any thread.
+
+    It is read as untrusted: student code may write anything to the pipe,
+    or nothing. Lines are bounded, a malformed one is skipped, and what
+    comes out is a line number or None, for a message and nothing else.
+    """
+
+    def __init__(self, filename: str):
+        self._student = _as_dumped(filename)
+        self._worker = _as_dumped(worker.__file__)
+        self._partial = b""
+        self._thread_line: int | None = None  # the innermost student line of the thread being read
+        self._any_line: int | None = None  # of the first thread that had one
+        self.done = False  # the requests' thread has been read
+        self.size = 0  # bytes fed so far
+
+    @property
+    def line(self) -> int | None:
+        return self._thread_line if self.done else self._any_line
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        *lines, partial = (self._partial + data).split(b"\n")
+        # A frame line is shorter (two names, each escaped at most 10 bytes a character).
+        self._partial = partial if len(partial) <= 20 * _LONGEST_NAME + 100 else b""
+        for text in lines:
+            if self.done:
+                return
+            self._read(text)
+
+    def _read(self, text: bytes) -> None:
+        frame = _FRAME.match(text)
+        if frame is None:
+            if not text.startswith(b"  "):  # the header of the next thread's stack
+                self._thread_line = None
+            return
+        if frame[1] == self._student and self._thread_line is None:
+            self._thread_line = int(frame[2])
+            self._any_line = self._any_line or self._thread_line
+        elif frame[1] == self._worker:
+            self.done = True
+
+
+def _as_dumped(filename: str) -> bytes:
+    """A file name as faulthandler writes it: printable ASCII as it is,
+    every other character escaped, cut at ``_LONGEST_NAME``."""
+    def escaped(character: str) -> str:
+        code = ord(character)
+        if " " <= character <= "~":
+            return character
+        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+    text = "".join(map(escaped, filename[:_LONGEST_NAME])) + ("..." if len(filename) > _LONGEST_NAME else "")
+    return text.encode("ascii")
+
+
+def timeout_reason(death: WorkerDied, limit: str, wall_seconds: float, cpu_seconds: float,
+                   submission: Submission | None = None) -> str:
+    """What a worker stopped for time did, in words: ``used 2 s of CPU time
+    without finishing, at line 14 (while True:)``.
+
+    Args:
+        death: the timeout.
+        limit: the CPU limit it ran into, ``2 s``.
+        wall_seconds: the clock's backstop it had.
+        cpu_seconds: the CPU time it used against them.
+        submission: the file, to say where it was (``death.line``).
+    """
+    where = _where_it_was(death.line, submission)
+    if death.backstop:
+        return f"did not finish within {wall_seconds:g} s, using {cpu_seconds:.1f} s of CPU time{where}"
+    if not CPU_CLOCK:  # the limits are wall time here
+        return f"did not finish within {limit}{where}"
+    return f"used {limit} of CPU time without finishing{where}"
+
+
+def _where_it_was(line: int | None, submission: Submission | None) -> str:
+    """``, at line 14 (while True:)``, or "" for a line the file does not have."""
+    lines = submission.source.splitlines() if submission is not None else []
+    if line is None or not 1 <= line <= len(lines):
+        return ""
+    code = " ".join(lines[line - 1].split())
+    code = code if len(code) <= 60 else code[:57] + "..."
+    return f", at {submission.where(line)}" + (f" ({code})" if code else "")
+
+
 @dataclass
 class LoadResult:
     """What running a file's top-level statements found.
@@ -275,7 +476,7 @@ class LoadResult:
 
 
 def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
-          forbidden: tuple[str, ...] = ()) -> LoadResult:
+          forbidden: tuple[str, ...] = (), submission: Submission | None = None) -> LoadResult:
     """Run a file's top-level statements once and report what it defines;
     the worker that did it goes on to answer calls (``LoadResult.worker``)
     for the exercise whose ``forbidden`` entry it refuses.
@@ -283,12 +484,15 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
     A statement that hangs or kills the worker is skipped and the file run
     again, up to ``max_faults`` times, so that one bad line at module level
     does not sink the whole file. What the worker reports is checked here:
-    it comes from a process running student code.
+    it comes from a process running student code. ``submission``, the file
+    under ``key``, lets a timeout say which line was running.
     """
     skipped: dict[int, str] = {}
+    filename = str(submission.path) if submission is not None else ""
     while True:
-        worker = Worker(server, key, limits, frozenset(skipped), report=True, forbidden=forbidden)
-        deadline = time.monotonic() + limits.check_seconds
+        worker = Worker(server, key, limits, frozenset(skipped), report=True, forbidden=forbidden,
+                        filename=filename)
+        deadline = worker.deadline(limits.check_seconds, limits.check_wall_seconds)
         line = None
         try:
             while True:
@@ -302,8 +506,11 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
                                       worker=worker)
         except WorkerDied as death:
             worker.kill()
-            reason = (f"did not finish within {limits.check_seconds:g} s"
-                      if death.kind == Failure.TIMEOUT else death.reason)
+            reason = death.reason
+            if death.kind == Failure.TIMEOUT:
+                death.line = None if death.line == line else death.line  # the note names that line already
+                reason = timeout_reason(death, f"{limits.check_seconds:g} s", limits.check_wall_seconds,
+                                        worker.cpu_seconds(), submission)
             if type(line) is not int or line in skipped or len(skipped) >= max_faults:
                 return LoadResult(skipped=skipped, failure=f"running the file {reason}")
             skipped[line] = reason

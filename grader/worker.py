@@ -39,6 +39,8 @@ from grader.module_calls import ModuleCall, run_module_call
 from grader.notebook_check import WORKER_VARIABLE
 from grader.portability import DeviceTracker
 
+STACK_SIGNAL = signal.SIGUSR1  # the grader's question "where are you?" (``report_stack_on_signal``)
+
 
 def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, write_fd: int,
          request: dict) -> None:
@@ -62,6 +64,7 @@ def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, w
         return None if payload is None else wire.load(header, payload)
 
     _quiet()
+    report_stack_on_signal(write_fd)
     try:
         refusals.install(request["forbidden"])  # first: a memory budget counts from after it
     except Exception:
@@ -87,6 +90,15 @@ def _quiet() -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     torch.set_num_threads(1)  # small tensors; and workers run side by side
     _full_precision_float32()
+
+
+def report_stack_on_signal(fd: int) -> None:
+    """On ``STACK_SIGNAL``, write every thread's Python stack to ``fd`` (the
+    reply pipe): the grader sends it to a worker over its time, so that the
+    message names the line it was on. faulthandler writes from the signal
+    handler itself, in C, so a loop that never returns to the interpreter
+    is seen too. Student code can turn it off; then the message has no line."""
+    faulthandler.register(STACK_SIGNAL, file=fd, all_threads=True, chain=False)
 
 
 def _full_precision_float32() -> None:

@@ -100,7 +100,7 @@ def test_infinite_loop_times_out_within_the_limit(grade_source):
     started = time.monotonic()
     report = grade_source(broken_self_attention("while True:", "    pass"))
     elapsed = time.monotonic() - started
-    assert_only_self_attention_fails(report, "did not finish within 2 s", "infinite loop")
+    assert_only_self_attention_fails(report, "used 2 s of CPU time without finishing", "infinite loop")
     # One check's limit for the loop, then the exercise's other checks are skipped.
     assert elapsed < FAST.check_seconds + 4
     checks = result_of(report, "self_attention").failed_checks
@@ -108,11 +108,14 @@ def test_infinite_loop_times_out_within_the_limit(grade_source):
 
 
 def test_slow_exercise_is_stopped_by_the_exercise_limit(grade_source):
-    # Each call sleeps just under the check limit: no check times out, the exercise does.
-    report = grade_source(broken_self_attention("import time", "time.sleep(1.5)", "return None"))
+    # Each call computes for just under the check limit: no check times out, the exercise does.
+    report = grade_source(broken_self_attention(
+        "import time", "started = time.process_time()",
+        "while time.process_time() - started < 1.5:", "    pass", "return None"))
     assert_only_self_attention_fails(report)
     messages = [check.message for check in result_of(report, "self_attention").failed_checks]
-    assert any("used up its time limit of 6 s" in m or "did not finish" in m for m in messages)
+    assert any("used up its time limit of 6 s" in m or "used the rest of the exercise's 6 s of CPU time" in m
+               for m in messages)
 
 
 @pytest.mark.usefixtures("unscanned")
@@ -173,7 +176,8 @@ def test_exit_at_module_level_is_skipped(grade_source):
 def test_hang_at_module_level_is_skipped(grade_source):
     report = grade_source(SOLUTION + "\nwhile True:\n    pass\n")
     assert report.passed
-    assert any("did not finish" in note and "went on without it" in note for note in report.notes["ch01"])
+    assert any("used 2 s of CPU time without finishing" in note and "went on without it" in note
+               for note in report.notes["ch01"])
 
 
 def test_print_flood_is_capped(grade_source, capfd):
