@@ -42,6 +42,10 @@ _LENGTH = struct.Struct("!I")
 _MAX_FDS = 2
 GRACE_SECONDS = 1.0  # for a worker whose pipe closed, or the server, to end by itself
 ANSWER_SECONDS = 10.0  # for the server to answer a request: it forks, or reaps, at once
+# A preloaded copy imports before its first answer: torch._dynamo is two seconds of
+# CPU time, over twenty by the clock with 4 busy processes a core. No student code
+# has run below it yet, so a long wait can only be for the imports.
+IMPORT_SECONDS = 120.0
 
 
 class ForkServerError(RuntimeError):
@@ -51,8 +55,10 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """Forks workers for the given submissions on request.
 
-    Every request has a deadline (``ANSWER_SECONDS``): a server that misses
-    it is killed, and the next request starts a new one.
+    Every request has a deadline (``ANSWER_SECONDS``, wall time: the server
+    only forks, which takes a fraction of a second even on a loaded machine;
+    a preloaded copy's first answer ``IMPORT_SECONDS`` more): a server that
+    misses it is killed, and the next request starts a new one.
 
     Args:
         submissions: what workers may run, by key (a chapter id).
@@ -98,7 +104,7 @@ class ForkServer:
                 raise ForkServerError(answer.get("error", "the fork server sent no copy"))
             self.pid = answer["pid"]
             self._socket = socket.socket(fileno=fds[0])
-            self._socket.settimeout(ANSWER_SECONDS)
+            self._socket.settimeout(ANSWER_SECONDS + IMPORT_SECONDS)  # until its first answer
             return
         grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
@@ -181,12 +187,13 @@ class ForkServer:
             _send(self._socket, message)
             answer = _receive(self._socket)
         except TimeoutError:
-            answer, problem = None, f"the fork server did not answer within {ANSWER_SECONDS:g} s"
+            answer, problem = None, f"the fork server did not answer within {self._socket.gettimeout():g} s"
         except OSError as error:
             answer, problem = None, f"the fork server failed: {error}"
         if answer is None:
             self._stop()
             raise ForkServerError(problem)
+        self._socket.settimeout(ANSWER_SECONDS)  # a copy's imports are done
         return answer
 
 

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from conftest import CH01, FAST, SOLUTION, replace_function, result_of, statuses
-from grader import sandbox
+from grader import forkserver, sandbox
 from grader.grading import grade
 from grader.isolation import Limits
 from grader.loading import load_submission
@@ -166,6 +166,24 @@ def test_without_a_cpu_figure_the_limits_are_wall_time(grade_source, monkeypatch
     message = self_attention_message(report)
     assert re.search(rf"did not finish within 2 s, at line ({line_of(source, 'while True:')} \(while True:\)|"
                      rf"{line_of(source, 'pass')} \(pass\)): an infinite loop\?", message), message
+
+
+def test_a_preloaded_copy_is_given_time_for_its_imports(tmp_path, monkeypatch):
+    """The fork server answers within ANSWER_SECONDS, but a preloaded copy
+    first imports, which takes many times longer on a loaded machine."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(2)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(forkserver, "ANSWER_SECONDS", 0.5)
+    server = sandbox.fork_server({CH01.id: load_submission(CH01.solution(), CH01.module)})
+    try:
+        copy = server.preloaded_copy(["slow_to_import"])
+        try:
+            sandbox.Worker(copy, CH01.id, FAST).kill()  # its first answer waits for the import
+            sandbox.Worker(copy, CH01.id, FAST).kill()
+        finally:
+            copy.close()
+    finally:
+        server.close()
 
 
 # -- the line it was on -------------------------------------------------------------------
