@@ -53,10 +53,17 @@ class _CallTime:
     cpu: float  # the worker's CPU time then
 
     def reason(self, death: WorkerDied, worker: Worker, submission: Submission) -> str:
-        """What a call that ``death`` stopped did, in words."""
+        """What a call that ``death`` stopped did, in words, and for a
+        timeout a guess at why."""
         if death.kind != Failure.TIMEOUT:
             return death.reason
-        return timeout_reason(death, self.limit, self.wall_limit, worker.cpu_seconds() - self.cpu, submission)
+        used = worker.cpu_seconds() - self.cpu
+        text = timeout_reason(death, self.limit, self.wall_limit, used, submission)
+        if not death.backstop:
+            return f"{text}: an infinite loop?"
+        if used < (self.deadline.cpu - self.cpu) / 2:
+            return f"{text}: is it asleep, or waiting for something?"
+        return f"{text}: an infinite loop, on a machine too busy to give it much CPU time?"
 
 
 @dataclass
@@ -489,12 +496,8 @@ def _error_failure(text: str, error: object, locate=plain_line, budget: int = 0)
 
 
 def _death_failure(text: str, death: WorkerDied, reason: str = "") -> CheckFailure:
-    """A dead worker's failure: ``reason`` (by default ``death.reason``) and,
-    for a timeout, a guess at why."""
-    hint = ""
-    if death.kind == Failure.TIMEOUT:
-        hint = ": is it asleep, or waiting for something?" if death.backstop else ": an infinite loop?"
-    return CheckFailure(f"{text} {reason or death.reason}{hint} (the exercise's other checks are skipped)",
+    """A dead worker's failure, in ``reason``'s words (by default ``death.reason``)."""
+    return CheckFailure(f"{text} {reason or death.reason} (the exercise's other checks are skipped)",
                         death.kind)
 
 

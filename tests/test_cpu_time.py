@@ -44,24 +44,36 @@ def self_attention_message(report) -> str:
     return checks[0].message
 
 
-# -- a machine busier than it has cores, emulated ---------------------------------------
+# -- a machine busier than it has cores, emulated ----------------------------------------
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{task}/children") as children:
+                found.update(map(int, children.read().split()))
+    return found
 
 
 def _workers() -> set[int]:
     """The processes below this one's children: the workers its grades start
     (its children are fork servers, and the workers theirs)."""
-    parents = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError), \
-                    open(f"/proc/{entry.name}/stat", "rb") as stat:
-                parents[int(entry.name)] = int(stat.read().rpartition(b")")[2].split()[1])
-    level = {pid for pid, parent in parents.items() if parent == os.getpid()}
-    found: set[int] = set()
+    level = set().union(*map(_children, _children(os.getpid())))
+    found = set(level)
     while level:
-        level = {pid for pid, parent in parents.items() if parent in level} - found
+        level = set().union(*map(_children, level)) - found
         found |= level
     return found
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    """The CPU time the main threads of ``pids`` have used (the scheduler's count, in ns)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/schedstat") as stat:
+            total += int(stat.read().split()[0])
+    return total / 1e9
 
 
 def _signal_all(pids: set[int], number: int) -> None:
@@ -71,22 +83,29 @@ def _signal_all(pids: set[int], number: int) -> None:
 
 
 @contextlib.contextmanager
-def starved(share: float, period: float = 0.1):
-    """Let the workers of the grades in this block run ``share`` of each
-    ``period`` only (stopped with SIGSTOP the rest of it), as on a machine
-    with 1 / ``share`` busy processes a core: the same every run, and
-    costing no CPU."""
+def starved(run: float, stop: float):
+    """The workers of the grades in this block are stopped (SIGSTOP) for
+    ``stop`` seconds after each ``run`` seconds of CPU time they use, as on a
+    machine far busier than it has cores. Metered on their CPU time rather
+    than the clock, so that the wall time they take is at least
+    ``stop / run`` times their CPU time however busy the machine running the
+    test is, and costs no CPU."""
     done = threading.Event()
-    stopped: set[int] = set()
 
     def throttle() -> None:
         while not done.is_set():
-            pids = _workers()
-            _signal_all(pids, signal.SIGSTOP)
-            stopped.update(pids)
-            done.wait(period * (1 - share))
+            stopped: set[int] = set()
+            ends = time.monotonic() + stop
+            while not done.is_set() and time.monotonic() < ends:  # new workers are stopped at once
+                new = _workers() - stopped
+                _signal_all(new, signal.SIGSTOP)
+                stopped |= new
+                time.sleep(0.005)
+            before = _cpu_seconds(stopped)
             _signal_all(stopped, signal.SIGCONT)
-            done.wait(period * share)
+            ends = time.monotonic() + 10 * run  # one waiting for the grader uses none
+            while not done.is_set() and time.monotonic() < ends and _cpu_seconds(stopped) - before < run:
+                time.sleep(0.001)
 
     thread = threading.Thread(target=throttle, daemon=True)
     thread.start()
@@ -95,12 +114,12 @@ def starved(share: float, period: float = 0.1):
     finally:
         done.set()
         thread.join()
-        _signal_all(stopped | _workers(), signal.SIGCONT)
+        _signal_all(_workers(), signal.SIGCONT)
 
 
 # -- CPU time decides ---------------------------------------------------------------------
 
-# softmax as the reference, but its first call in a worker computes for 0.4 s of CPU time.
+# softmax as the reference, but its first call in a worker computes for 0.15 s of CPU time.
 SLOW_START = replace_function(SOLUTION, "softmax", '''
 _computed = []
 
@@ -110,7 +129,7 @@ def softmax(x, dim=-1):
 
     if not _computed:
         started = time.process_time()
-        while time.process_time() - started < 0.4:
+        while time.process_time() - started < 0.15:
             pass
         _computed.append(True)
     exps = torch.exp(x - x.amax(dim=dim, keepdim=True).detach())
@@ -121,23 +140,11 @@ def softmax(x, dim=-1):
 def test_correct_code_starved_of_cpu_passes_though_its_wall_time_is_over_the_limit(grade_source):
     limits = Limits(check_seconds=1.0, exercise_seconds=4.0)
     started = time.monotonic()
-    with starved(share=0.1):
+    with starved(run=0.01, stop=0.15):  # that call: 0.15 s of CPU time, over 2 s by the clock
         report = grade_source(SLOW_START, limits=limits, only={"softmax"})
     elapsed = time.monotonic() - started
     assert statuses(report) == {"softmax": "passed"}, result_of(report, "softmax").failed_checks
-    assert elapsed > 3 * limits.check_seconds  # 0.4 s of CPU at a tenth of a core: 4 s by the clock
-
-
-def test_infinite_loop_starved_of_cpu_fails_at_its_cpu_limit(grade_source):
-    limits = Limits(check_seconds=1.0, exercise_seconds=4.0)
-    started = time.monotonic()
-    with starved(share=0.25):
-        report = grade_source(looping_self_attention(), limits=limits, only={"self_attention"})
-    elapsed = time.monotonic() - started
-    message = self_attention_message(report)
-    assert "used 1 s of CPU time without finishing" in message and "an infinite loop?" in message
-    # A second of CPU time at a quarter of a core: about 4 s, well before the clock's backstop.
-    assert 3 < elapsed < limits.check_wall_seconds
+    assert elapsed > 2 * limits.check_seconds
 
 
 def test_a_worker_asleep_is_stopped_by_the_clocks_backstop(grade_source):
@@ -187,6 +194,8 @@ def test_a_preloaded_copy_is_given_time_for_its_imports(tmp_path, monkeypatch):
 
 
 # -- the line it was on -------------------------------------------------------------------
+# Whichever limit stops the loop: on a machine with more than ten runnable
+# processes a core, the clock's backstop comes before the CPU limit.
 
 
 def test_a_timeout_names_the_line_in_a_file(grade_source):
@@ -202,8 +211,8 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     report = grade_source(source, only={"self_attention"})
     message = self_attention_message(report)
     # The innermost line of the file, in the helper the exercise called.
-    assert re.search(rf"used 2 s of CPU time without finishing, at line ({line_of(source, 'while True:')} "
-                     rf"\(while True:\)|{line_of(source, 'pass')} \(pass\)): an infinite loop\?", message), message
+    assert re.search(rf", at line ({line_of(source, 'while True:')} \(while True:\)|"
+                     rf"{line_of(source, 'pass')} \(pass\)): an infinite loop", message), message
 
 
 def test_a_timeout_names_the_line_in_a_notebook_cell(tmp_path):
@@ -217,8 +226,8 @@ def test_a_timeout_names_the_line_in_a_notebook_cell(tmp_path):
     report = grade([(CH01, path)], limits=FAST, seed=3, only={"self_attention"})
     message = self_attention_message(report)
     cell = sum(c.cell_type == "code" for c in notebook.cells[: index + 1])
-    assert re.search(rf"used 2 s of CPU time without finishing, at code cell {cell} \(self_attention\), "
-                     r"line (2 \(while True:\)|3 \(pass\)): an infinite loop\?", message), message
+    assert re.search(rf", at code cell {cell} \(self_attention\), line (2 \(while True:\)|3 \(pass\)): "
+                     "an infinite loop", message), message
 
 
 @pytest.mark.usefixtures("unscanned")
@@ -230,8 +239,7 @@ def test_a_worker_that_turned_the_report_off_gets_the_message_without_a_line(gra
     report = grade_source(looping_self_attention("import faulthandler, signal", line), only={"self_attention"})
     elapsed = time.monotonic() - started
     message = self_attention_message(report)
-    assert message.endswith("used 2 s of CPU time without finishing: an infinite loop? "
-                            "(the exercise's other checks are skipped)"), message
+    assert "of CPU time" in message and "an infinite loop" in message and ", at " not in message, message
     assert elapsed < FAST.check_seconds + 4  # the report is waited for a moment only
 
 

@@ -176,8 +176,7 @@ def test_exit_at_module_level_is_skipped(grade_source):
 def test_hang_at_module_level_is_skipped(grade_source):
     report = grade_source(SOLUTION + "\nwhile True:\n    pass\n")
     assert report.passed
-    assert any("used 2 s of CPU time without finishing" in note and "went on without it" in note
-               for note in report.notes["ch01"])
+    assert any("of CPU time" in note and "went on without it" in note for note in report.notes["ch01"])
 
 
 def test_print_flood_is_capped(grade_source, capfd):
