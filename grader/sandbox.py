@@ -270,6 +270,8 @@ class Worker:
         """Wait until the pipe is ready; past ``deadline``, stop the worker
         and raise a timeout. The CPU time is looked at every so often: a
         worker on one thread cannot use more of it than the clock runs."""
+        if poller.poll(0):  # most often ready at once: no need to look at the CPU time
+            return
         while True:
             cpu_left = deadline.cpu - self.cpu_seconds()
             wall_left = deadline.wall - time.monotonic()
