@@ -1,7 +1,7 @@
 """Time limits count the worker's CPU time, as the kernel counts it: a busy
-machine fails no correct code, an infinite loop still fails at its limit,
-a worker that sleeps meets the clock's backstop, and a timeout names the
-line the worker was on."""
+machine fails no correct code, a worker that sleeps meets the clock's
+backstop, and a timeout names the line the worker was on. (That an infinite
+loop still fails within its limit is test_faults'.)"""
 
 from __future__ import annotations
 
