@@ -131,8 +131,9 @@ class DeviceTracker(TorchFunctionMode):
 
 
 def spare_meta_runs_the_dynamo_import() -> None:
-    """Let meta runs start in milliseconds, not seconds: call once in a
-    process before it forks workers.
+    """Let meta runs start in milliseconds, not seconds. Called when this
+    module is imported: before any process freezes its objects out of the
+    garbage collector's sight (``gc.freeze``), and before it forks workers.
 
     Many of torch's meta kernels are Python functions wrapped by
     ``torch._compile._disable_dynamo``, whose first call imports
@@ -148,6 +149,9 @@ def spare_meta_runs_the_dynamo_import() -> None:
             with contextlib.suppress(AttributeError, TypeError):
                 if getattr(function, "__dynamo_disable", None) is None:
                     function.__dynamo_disable = function
+
+
+spare_meta_runs_the_dynamo_import()
 
 
 def student_lines(filename: str, most: int = 3) -> list[dict]:

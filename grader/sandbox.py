@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import isolation, portability, wire, worker
+from grader import isolation, wire, worker
 from grader.catalog import CHAPTERS, COURSE_ROOT
 from grader.forkserver import ForkServer, ForkServerError
 from grader.isolation import CONFINEMENT_FAILED, Limits, Policy
@@ -105,17 +105,9 @@ def _python_folders() -> tuple[str, ...]:
     return isolation.python_folders(COURSE_ROOT)
 
 
-@functools.cache
-def _prepared() -> None:
-    """What this process does once before it forks workers (here or in a
-    process forked from it): their meta runs need no torch._dynamo."""
-    portability.spare_meta_runs_the_dynamo_import()
-
-
 def fork_server(submissions: dict[str, Submission]) -> ForkServer:
     """Start the process that forks the workers of these submissions, by key,
     with the folders they may read and write."""
-    _prepared()
     folder = Path(tempfile.mkdtemp(prefix="mha-course-"))
     os.chmod(folder, 0o711)  # a worker of another account passes through, lists nothing
     stage, scratch = folder / "submissions", folder / "scratch"
