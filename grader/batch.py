@@ -12,7 +12,9 @@ the entry's name (without ``.zip``, ``.py`` or ``.ipynb``):
 * a ``.zip`` of either, unpacked safely into a temporary folder.
 
 Each student is graded on their own (one ``grade()`` call), in processes
-forked from this one, so torch is imported once for the whole class. Only the
+forked from this one, so torch is imported once for the whole class; their
+workers' fork servers come from a clean parent forked before any student
+(``sandbox.clean_parent``). Only the
 chapters a student submitted are graded; the other chapters' exercises score
 0. A submission that cannot be graded is a row with the reason, never the end
 of the batch.
@@ -45,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader import isolation, reaping
+from grader import forkserver, isolation, reaping
 from grader.batch_state import (
     RESULTS_FOLDER,
     StudentGrade,
@@ -239,8 +241,7 @@ def run_batch(
             not be graded)`` as students finish.
     """
 
-    from grader.grading import preload
-    from grader.sandbox import layers
+    from grader.sandbox import clean_parent, layers, preload
 
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FOLDER).mkdir(exist_ok=True)
@@ -276,7 +277,8 @@ def run_batch(
 
     kept = len(grades)
     try:
-        grade_each(pending, options, max(1, jobs), done)
+        with clean_parent():  # after the imports above, before any student's grade reads a check
+            grade_each(pending, options, max(1, jobs), done)
     finally:
         # Even when interrupted: what was graded is kept, and not graded again.
         save_state(out, fingerprint, grades)
@@ -315,11 +317,12 @@ def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
     at a time, and call ``done(entry, grade)`` as each ends (``grade`` None:
     the process died).
 
-    This process imports neither the checks nor the reference nor the known
+    This process reads neither the checks nor the reference nor the known
     bugs: each student's grading starts from it, so nothing of another
-    student's run is in its workers' memory. A student whose grading does
-    not end within ``student_seconds`` is stopped, with everything it
-    started, and gets a row that says so.
+    student's run is in its memory; their workers come from the clean
+    parent (``sandbox.clean_parent``), where this process has one. A
+    student whose grading does not end within ``student_seconds`` is
+    stopped, with everything it started, and gets a row that says so.
     """
     limit = student_seconds(options)
     queue = list(entries)
@@ -389,11 +392,13 @@ class _Grading:
         return pickle.loads(data) if data else None
 
     def stop(self) -> None:
-        """End the child and everything below it; safe to call twice."""
+        """End the child and everything below it, the fork servers the clean
+        parent forked for it included; safe to call twice."""
         if self.read_fd >= 0:
             os.close(self.read_fd)
             self.read_fd = -1
             reaping.stop_tree(self.pid)
+            forkserver.stop_servers_of(self.pid)
 
 
 def write_csv(path: Path, rows: list[StudentGrade]) -> None:

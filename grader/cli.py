@@ -176,23 +176,29 @@ def grade(
     sources = _sources(chosen)
     where = _device(device)
 
-    from grader.grading import GraderError, UnrecordedSeed
-    from grader.grading import grade as run_grade
+    from grader.sandbox import Limits, clean_parent, layers
+
+    # Before the grading modules: the workers' fork servers come from a
+    # process that never read a check, the reference or a known bug.
+    with clean_parent():
+        from grader.grading import GraderError, UnrecordedSeed
+        from grader.grading import grade as run_grade
+        from grader.shards import default_processes
+
+        limits = Limits.per_check(timeout)
+        try:
+            report = run_grade([(chapter, path) for chapter, path, _ in chosen], where, limits, seed,
+                               jobs=default_processes())
+            report.sources = sources
+        except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
+            usage_error(str(error))
+        except GraderError as error:
+            stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
+            raise typer.Exit(3) from None
+
     from grader.isolation import missing
     from grader.report import print_json, print_table
-    from grader.sandbox import Limits, layers
-    from grader.shards import default_processes
 
-    limits = Limits.per_check(timeout)
-    try:
-        report = run_grade([(chapter, path) for chapter, path, _ in chosen], where, limits, seed,
-                           jobs=default_processes())
-        report.sources = sources
-    except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
-        usage_error(str(error))
-    except GraderError as error:
-        stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(3) from None
     unprotected = missing(layers())
     if unprotected:  # on stderr: stdout may be the JSON a program reads
         stderr.print(f"[yellow]warning:[/] {escape(unprotected)}", highlight=False, soft_wrap=True)
@@ -220,11 +226,7 @@ def watch(
     chosen = resolve_targets(targets or [], folder)  # a wrong target is told at once
     where = _device(device)
 
-    from grader.grading import GraderError, preload
-    from grader.grading import grade as run_grade
-    from grader.report import print_table
-    from grader.sandbox import Limits
-    from grader.shards import default_processes
+    from grader.sandbox import Limits, clean_parent, preload
     from grader.watching import watch as run_watch
 
     limits = Limits.per_check(timeout)
@@ -238,6 +240,12 @@ def watch(
                        for suffix in SUBMISSION_SUFFIXES})
 
     def regrade() -> None:
+        # Imported here, once the clean parent below is forked: no worker holds what they read.
+        from grader.grading import GraderError
+        from grader.grading import grade as run_grade
+        from grader.report import print_table
+        from grader.shards import default_processes
+
         try:
             now = resolve_targets(targets or [], folder)
         except typer.Exit:  # a file gone for a moment: said on stderr; the next save tries again
@@ -254,7 +262,10 @@ def watch(
         print_table(report, stdout, verbose)
         stdout.print(Text("watching; save to grade again, Ctrl-C to stop", style="dim"))
 
-    run_watch(files, regrade)
+    # Every regrade's workers come from a process forked now, before the
+    # first regrade reads the checks, the reference and the known bugs.
+    with clean_parent():
+        run_watch(files, regrade)
 
 
 @app.command("list")

@@ -1,38 +1,63 @@
-"""A small process that forks every worker, so the grader forks only once.
+"""A small process that forks every worker, so the grader forks only once;
+and the clean process that forks every fork server.
 
 A fork is not free for the process that forks: afterwards every page it
 writes to is copied, and a grader that forked a worker per exercise copied
 its working set (pytest, the checks, the reference) once per fork, about
-80,000 page faults for a whole course. A grading process forks one fork
-server before it runs its first checks, which then sits idle but for its
+80,000 page faults for a whole course. A grading process has a fork server
+forked before it runs its first checks, which then sits idle but for its
 forks: forking from it leaves the grader's memory alone, and the reaping of
-killed workers happens there too.
+killed workers happens there too. It never runs student code itself: only
+its children do (``grader.worker``).
 
-The server inherits the parsed submissions, so a request names one by key.
-It never runs student code itself: only its children do (``grader.worker``).
-Forked before the grader's checks load the reference and the known bugs,
-it keeps neither in its memory, nor do the workers it forks.
+A worker can read every byte of its own memory, and a fork inherits all of
+its parent's, freed strings included. So no fork server is forked from a
+process that has read a secret (a hidden check, an oracle, a reference
+solution, a known bug, a recorded answer): each command of the grader forks
+the *clean parent* first (``clean_parent``), before it reads or imports any
+of them, and every fork server of the command is forked from that one, on
+request. The submissions a server serves reach it as data over its socket,
+not by inheritance. A process forked by the grader (a chapter graded side
+by side, a student of a batch) gets a connection of its own to the clean
+parent (``handoff``, used by ``shards.fork_answering``). Where no clean
+parent was started (``grading.grade`` called as a library, the test suite),
+a fork server is forked from the process that asks for it.
 
-Protocol, over a Unix socket pair: each message is a 4-byte length and a
-JSON object. A ``spawn`` answer carries the grader's ends of the worker's
-two pipes as passed file descriptors (SCM_RIGHTS).
+The clean parent stops what it forked: a server whose grader closed it, or
+every server of a connection that ended or was stopped (``stop_servers_of``),
+with everything below them; it is the subreaper of all of it.
+
+Protocol, over Unix socket pairs: each message is a 4-byte length and a
+JSON object, followed by raw bytes where the object says ``payload`` (a
+pickle, between the grader's own processes only). A ``spawn`` answer
+carries the grader's ends of the worker's two pipes as passed file
+descriptors (SCM_RIGHTS); a ``server`` or ``connect`` answer, the grader's
+end of a new socket.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import ctypes
+import dataclasses
 import gc
 import importlib
+import io
 import json
+import marshal
 import os
+import pickle
+import select
 import shutil
 import signal
 import socket
 import struct
 import sys
 import time
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader import reaping
@@ -58,7 +83,9 @@ class ForkServer:
     Every request has a deadline (``ANSWER_SECONDS``, wall time: the server
     only forks, which takes a fraction of a second even on a loaded machine;
     a preloaded copy's first answer ``IMPORT_SECONDS`` more): a server that
-    misses it is killed, and the next request starts a new one.
+    misses it is killed, and the next request starts a new one. It is forked
+    from the clean parent where this process has one (``clean_parent``),
+    else from this process.
 
     Args:
         submissions: what workers may run, by key (a chapter id).
@@ -77,6 +104,7 @@ class ForkServer:
         self._folder = folder
         self._parent = parent
         self._preload = tuple(preload)
+        self._link: _Link | None = None  # the clean parent's connection it was asked of
         self.pid = 0
         self._socket: socket.socket | None = None
         self._start()
@@ -95,7 +123,8 @@ class ForkServer:
         return ForkServer({}, self._run_worker, parent=self, preload=modules)
 
     def _start(self) -> None:
-        """Fork the server from this process, or a copy from the parent server."""
+        """Have the clean parent fork the server, else fork it from this
+        process; or have the parent server fork a copy."""
         if self._parent is not None:
             answer, fds = self._parent._ask({"op": "copy", "preload": list(self._preload)})
             if len(fds) != 1 or "pid" not in answer:
@@ -105,6 +134,17 @@ class ForkServer:
             self.pid = answer["pid"]
             self._socket = socket.socket(fileno=fds[0])
             self._socket.settimeout(ANSWER_SECONDS + IMPORT_SECONDS)  # until its first answer
+            return
+        self._link = _LINK
+        if self._link is not None:
+            self.pid, self._socket = self._link.fork_server()
+            try:  # what it serves, as data: it inherited nothing of this process
+                _send(self._socket, {"op": "setup"}, payload=_pickled((
+                    {key: _as_sent(submission) for key, submission in self._submissions.items()},
+                    self._run_worker)))
+            except OSError as error:
+                self._stop()
+                raise ForkServerError(f"the fork server did not take its submissions: {error}") from None
             return
         grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
@@ -167,6 +207,12 @@ class ForkServer:
             # Not this process's child: the parent server reaps it. One that
             # does not end on its own is ended with the parent (``prctl``).
             return
+        if self._link is not None:
+            # The clean parent's child: it waits for the server as below,
+            # and stops what the server left behind. Gone, it took them along.
+            with contextlib.suppress(ForkServerError):
+                self._link.ask({"op": "end", "pid": self.pid})
+            return
         deadline = time.monotonic() + GRACE_SECONDS
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
@@ -197,16 +243,19 @@ class ForkServer:
         return answer
 
 
-def _send(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
+def _send(sock: socket.socket, message: dict, fds: Sequence[int] = (), payload: bytes = b"") -> None:
+    if payload:
+        message = {**message, "payload": len(payload)}
     data = json.dumps(message).encode()
-    frame = _LENGTH.pack(len(data)) + data
+    frame = _LENGTH.pack(len(data)) + data + payload
     sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
     if sent < len(frame):
         sock.sendall(frame[sent:])
 
 
 def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
-    """One message and the descriptors that came with it; None at end of file."""
+    """One message and the descriptors that came with it; None at end of
+    file. A message's payload, if any, is its ``payload`` (bytes)."""
     # Passed descriptors arrive with the first bytes of their message.
     header, fds, _, _ = socket.recv_fds(sock, _LENGTH.size, _MAX_FDS)
     while header and len(header) < _LENGTH.size:
@@ -219,27 +268,66 @@ def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
             os.close(fd)
         return None
     (size,) = _LENGTH.unpack(header)
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
+    data = _receive_exactly(sock, size)
+    if data is None:
+        return None
+    message = json.loads(data)
+    if "payload" in message:
+        message["payload"] = _receive_exactly(sock, message["payload"])
+        if message["payload"] is None:
+            return None
+    return message, fds
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = sock.recv(min(remaining, 2**20))
         if not chunk:
             return None
-        data += chunk
-    return json.loads(data), fds
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+# What a clean parent's server gets sent. Pickle, since only the grader's own
+# processes hold the ends of these sockets (a server's workers close theirs).
+# Compiled code goes as marshal's bytes, which pickle does not do on its own.
+_REDUCERS = {**copyreg.dispatch_table, types.CodeType: lambda code: (marshal.loads, (marshal.dumps(code),))}
+
+
+def _pickled(value: object) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _REDUCERS
+    pickler.dump(value)
+    return buffer.getvalue()
+
+
+def _as_sent(submission: Submission) -> Submission:
+    """A submission as a worker needs it: each statement's compiled code,
+    without its syntax tree (the grader's, for the static scan; most of the
+    cost of sending a file)."""
+    return dataclasses.replace(submission, statements=[(line, code, None)
+                                                       for line, code, _ in submission.statements])
 
 
 # -- the server's side ----------------------------------------------------------
 
 
-def _serve(sock: socket.socket, submissions: dict[str, Submission],
-           run_worker: Callable[[Submission, int, int, dict], None]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
-    with contextlib.suppress(OSError, AttributeError):  # Linux only: die with the grader
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+def _serve(sock: socket.socket, submissions: dict[str, Submission] | None,
+           run_worker: Callable[[Submission, int, int, dict], None] | None) -> None:
+    """A server's loop; one forked by the clean parent (``submissions``
+    None) is first sent its submissions and ``run_worker``."""
+    _keep_apart(sock)
     # What a worker leaves behind (where the OS let it start processes) is
     # this server's to end, when it ends.
     reaping.adopt_orphans()
-    _blank_inherited_fds(keep=sock.fileno())
+    if submissions is None:
+        setup = _receive(sock)
+        if setup is None or setup[0].get("op") != "setup":
+            return
+        submissions, run_worker = pickle.loads(setup[0]["payload"])
     # Every object now alive stays as it is: a garbage collection in a
     # worker then walks only the worker's own objects, instead of touching
     # (and so copying) every page of torch's.
@@ -267,6 +355,16 @@ def _serve(sock: socket.socket, submissions: dict[str, Submission],
             pid, fd = _fork_copy(sock, submissions, run_worker, request.get("preload", []))
             _send(sock, {"pid": pid}, [fd])
             os.close(fd)
+
+
+def _keep_apart(sock: socket.socket) -> None:
+    """What a server (and the clean parent) does first: leave Ctrl-C to the
+    grader, die with its parent, hold no descriptor of the grader's but
+    ``sock``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
+    with contextlib.suppress(OSError, AttributeError):  # Linux only: die with the grader
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    _blank_inherited_fds(keep=sock.fileno())
 
 
 def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
@@ -360,3 +458,345 @@ def _blank_inherited_fds(keep: int) -> None:
                 os.fstat(fd)  # the listing's own descriptor is gone by now
                 os.dup2(devnull, fd)
     os.close(devnull)
+
+
+# -- the clean parent -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What a fork server forked by the clean parent starts with: the
+    modules imported there, and its address space in bytes (0: unknown)."""
+
+    modules: frozenset[str]
+    address_space: int
+
+
+class _Link:
+    """This process's connection to the clean parent. A process forked from
+    this one shares its socket and must not use it (``handoff``)."""
+
+    def __init__(self, sock: socket.socket, origin: Origin | None = None):
+        self.socket: socket.socket | None = sock
+        self.owner = os.getpid()
+        self.origin = origin  # asked for once, when first needed
+        self.handed: dict[int, int] = {}  # child pid -> the id of the connection handed to it
+
+    def ask(self, message: dict) -> tuple[dict, list[int]]:
+        """One request and its answer, within ``ANSWER_SECONDS``. A clean
+        parent that fails to answer is not asked again: this process then
+        forks no fork server at all (none from itself, which is not clean)."""
+        if self.socket is None or self.owner != os.getpid():
+            raise ForkServerError("the clean parent of the fork servers is gone")
+        problem = "the clean parent of the fork servers ended"
+        try:
+            _send(self.socket, message)
+            answer = _receive(self.socket)
+        except TimeoutError:
+            answer, problem = None, f"the clean parent did not answer within {ANSWER_SECONDS:g} s"
+        except OSError as error:
+            answer, problem = None, f"the clean parent failed: {error}"
+        if answer is None:
+            self.close()
+            raise ForkServerError(problem)
+        return answer
+
+    def fork_server(self) -> tuple[int, socket.socket]:
+        """A new fork server, waiting for its submissions: its pid and socket."""
+        answer, fds = self.ask({"op": "server"})
+        if len(fds) != 1 or "pid" not in answer:
+            for fd in fds:
+                os.close(fd)
+            raise ForkServerError(answer.get("error", "the clean parent sent no fork server"))
+        server = socket.socket(fileno=fds[0])
+        server.settimeout(ANSWER_SECONDS)
+        return answer["pid"], server
+
+    def origin_now(self) -> Origin:
+        if self.origin is None:
+            answer, _ = self.ask({"op": "origin"})
+            self.origin = Origin(frozenset(answer["modules"]), answer["address_space"])
+        return self.origin
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close()
+            self.socket = None
+
+
+# The connection fork servers are asked through; None where no clean parent
+# was started (they are forked from the process that asks, then). One that
+# failed, or a parent's that a child was not handed one of, fails every
+# request: such a process gets no fork server rather than one forked from
+# itself, whose memory may hold anything by now.
+_LINK: _Link | None = None
+
+
+@contextlib.contextmanager
+def clean_parent() -> Iterator[None]:
+    """Fork, now, the process that forks every fork server asked for in
+    this block (by this process, or by one it forks through ``handoff``);
+    stop it, and everything it forked, at the block's end.
+
+    Call it at the start of a command, before anything secret is read or
+    imported, after what workers need is imported (torch, ``grader.worker``):
+    every worker inherits the memory of this moment and nothing later.
+    Inside a block where this process already has one, it does nothing.
+    """
+    global _LINK
+    if _LINK is not None and _LINK.owner == os.getpid():
+        yield
+        return
+    before = _LINK
+    grader_end, parent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            grader_end.close()
+            _be_the_clean_parent(parent_end)
+        finally:
+            reaping.stop_descendants()
+            os._exit(0)
+    parent_end.close()
+    grader_end.settimeout(ANSWER_SECONDS)
+    _LINK = link = _Link(grader_end)
+    try:
+        yield
+    finally:
+        _LINK = before
+        link.close()  # it stops every server it forked and ends
+        _wait_or_kill(pid)
+
+
+def servers_origin() -> Origin | None:
+    """What the fork servers this process asks for start with, where they
+    come from the clean parent; None where they are forked from this process
+    (which then has ``sys.modules`` imported). Raises ForkServerError when
+    the clean parent does not answer."""
+    return _LINK.origin_now() if _LINK is not None else None
+
+
+@dataclass
+class Handoff:
+    """A connection to the clean parent for a process about to be forked."""
+
+    socket: socket.socket
+    id: int
+    origin: Origin | None
+
+
+def handoff() -> Handoff | None:
+    """A connection of its own for a child this process is about to fork,
+    so that it may ask for fork servers too (two processes cannot share
+    one); None where this process has no clean parent. After the fork, the
+    child calls ``take(handoff)``, this process ``given(handoff, pid)``."""
+    if _LINK is None:
+        return None
+    answer, fds = _LINK.ask({"op": "connect"})
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise ForkServerError("the clean parent sent no connection")
+    connection = socket.socket(fileno=fds[0])
+    connection.settimeout(ANSWER_SECONDS)
+    return Handoff(connection, answer["id"], _LINK.origin)
+
+
+def take(handoff: Handoff | None) -> None:
+    """In the forked child: use the connection handed to it from now on."""
+    global _LINK
+    if handoff is None:
+        return
+    if _LINK is not None and _LINK.socket is not None:
+        _LINK.socket.close()  # the parent's: this closes this process's copy only
+    _LINK = _Link(handoff.socket, handoff.origin)
+
+
+def given(handoff: Handoff | None, pid: int) -> None:
+    """In the parent, after the fork: the connection is the child's now."""
+    if handoff is None or _LINK is None:
+        return
+    handoff.socket.close()
+    _LINK.handed[pid] = handoff.id
+
+
+def stop_servers_of(pid: int) -> None:
+    """Stop every fork server that the child ``pid`` (and whatever it forked
+    in turn) had the clean parent fork, with all below them, and wait for
+    it: for the child that ended or was killed before it closed them."""
+    if _LINK is None or pid not in _LINK.handed:
+        return
+    with contextlib.suppress(ForkServerError):
+        _LINK.ask({"op": "stop", "id": _LINK.handed.pop(pid)})
+
+
+def address_space() -> int:
+    """This process's virtual memory size; 0 where /proc does not tell (macOS)."""
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _wait_or_kill(pid: int) -> None:
+    """Reap the child ``pid``, killed if it has not ended within ``GRACE_SECONDS``."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(pid, os.WNOHANG)[0] == 0:
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)  # killed: returns at once
+                return
+            time.sleep(0.001)
+
+
+# -- the clean parent's side
+
+
+@dataclass
+class _Connection:
+    socket: socket.socket
+    parent: int | None  # the id of the connection it was asked for through; None: the grader's own
+
+
+class _CleanParent:
+    """Forks bare servers on request, and stops them when their grader
+    closes them, or when the connection that asked for them ends or is
+    stopped; ends with the grader's own connection (id 0)."""
+
+    def __init__(self, root: socket.socket):
+        self.origin = {"modules": sorted(sys.modules), "address_space": address_space()}
+        self.connections = {0: _Connection(root, None)}
+        self.by_fd = {root.fileno(): 0}
+        self.next_id = 1  # never reused: a stale id names nothing
+        self.servers: dict[int, int] = {}  # pid -> the id of the connection it was forked for
+        self.statuses: dict[int, int] = {}
+        self.poller = select.poll()
+        self.poller.register(root, select.POLLIN)
+
+    def serve(self) -> None:
+        while True:
+            # One request a poll: answering one may close descriptors, and
+            # open others under the same numbers, that the rest were about.
+            fd, _ = self.poller.poll()[0]
+            asker = self.by_fd[fd]
+            try:
+                message = _receive(self.connections[asker].socket)
+            except OSError:
+                message = None
+            _reap(self.statuses)
+            if message is None:  # the grader, or one of its processes, ended
+                if asker == 0:
+                    self.stop_servers(set(self.servers))
+                    return
+                self.drop(self.family(asker))
+                continue
+            request, fds = message
+            for passed in fds:
+                os.close(passed)
+            try:
+                self.answer(request, asker)
+            except OSError:  # it went away meanwhile: as at its end of file
+                self.drop(self.family(asker) - {0})
+
+    def answer(self, request: dict, asker: int) -> None:
+        """Do what one request asks, and answer it."""
+        sock, op = self.connections[asker].socket, request.get("op")
+        if op == "origin":
+            _send(sock, self.origin)
+        elif op == "connect":
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            new, self.next_id = self.next_id, self.next_id + 1
+            self.connections[new] = _Connection(ours, asker)
+            self.by_fd[ours.fileno()] = new
+            self.poller.register(ours, select.POLLIN)
+            _send(sock, {"id": new}, [theirs.fileno()])
+            theirs.close()
+        elif op == "server":
+            pid, fd = self.fork_bare_server()
+            self.servers[pid] = asker
+            _send(sock, {"pid": pid}, [fd])
+            os.close(fd)
+        elif op == "end":
+            pid = request.get("pid")
+            if pid in self.servers:
+                killed = _wait_for(pid, self.statuses)
+                del self.servers[pid]
+                if killed or os.WIFSIGNALED(self.statuses[pid]):
+                    self.stop_servers(set())  # what it could not stop itself
+            _send(sock, {"ended": pid})
+        elif op == "stop":
+            family = self.family(request.get("id")) - {asker, 0}
+            self.drop(family)
+            _send(sock, {"stopped": sorted(family)})
+        else:
+            _send(sock, {"error": f"no such request: {op!r}"})
+
+    def family(self, first: int | None) -> set[int]:
+        """The connection ``first`` and every one asked for through it, in turn."""
+        found = {first} & set(self.connections)
+        while True:
+            more = {key for key, connection in self.connections.items() if connection.parent in found} - found
+            if not more:
+                return found
+            found |= more
+
+    def drop(self, ids: set[int]) -> None:
+        """Close these connections and stop the servers forked for them."""
+        for key in ids:
+            connection = self.connections.pop(key)
+            self.poller.unregister(connection.socket)
+            del self.by_fd[connection.socket.fileno()]
+            connection.socket.close()
+        self.stop_servers({pid for pid, key in self.servers.items() if key in ids})
+
+    def stop_servers(self, stopping: set[int]) -> None:
+        """Kill the servers ``stopping`` and everything below them, then every
+        other process below this one that no remaining server owns: what a
+        killed server's workers left behind came to this process, the subreaper."""
+        for pid in stopping:
+            reaping.stop_tree(pid)
+            del self.servers[pid]
+        children = _children()
+        if children is not None and children <= set(self.servers):
+            return  # nothing left behind: no need to walk every process
+        alive = set(self.servers)
+        reaping.stop_descendants(spare=frozenset(entry for entry in reaping.descendants() if entry[0] in alive))
+
+    def fork_bare_server(self) -> tuple[int, int]:
+        """Fork a server that waits for its submissions (``_serve``); returns
+        its pid and the grader's end of its socket."""
+        grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                grader_end.close()
+                for connection in self.connections.values():
+                    connection.socket.close()
+                _serve(server_end, None, None)
+            finally:
+                reaping.stop_descendants()
+                os._exit(0)
+        server_end.close()
+        return pid, grader_end.detach()
+
+
+def _be_the_clean_parent(root: socket.socket) -> None:
+    _keep_apart(root)
+    reaping.adopt_orphans()
+    gc.freeze()  # as a server does: what it forks then copies less
+    _CleanParent(root).serve()
+
+
+def _children() -> set[int] | None:
+    """This process's children, from /proc (None where it does not tell)."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", encoding="ascii") as listing:
+            return {int(pid) for pid in listing.read().split()}
+    except OSError:
+        return None
+

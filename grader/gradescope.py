@@ -25,9 +25,12 @@ still gets a results.json that says what was expected, and its output names
 the file graded for each chapter and why that one. The submission's code
 cannot forge it:
 
-- student code runs only in workers forked from this process; this process
-  writes results.json last, after every worker has stopped, replacing
-  whatever is at that path (a file, a link or a folder a submission left);
+- student code runs only in workers, whose fork servers come from a copy
+  of this process forked before it read any check, reference or known bug
+  (``sandbox.clean_parent``): no worker holds them in its memory;
+- this process writes results.json last, after every worker has stopped,
+  replacing whatever is at that path (a file, a link or a folder a
+  submission left);
 - it adopts the orphans of its workers (``PR_SET_CHILD_SUBREAPER``) and
   kills them before writing, so a process a submission forked cannot
   overwrite the verdict afterwards;
@@ -338,35 +341,39 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
     report = None
     if found.chosen:
         # Everything the verdict needs is imported before any student code
-        # runs, torch included: workers fork from a warm process.
+        # runs, torch included: workers fork from a warm process. That
+        # process, the clean parent, is forked before the grading modules are
+        # imported: no worker holds what they read (checks, reference, bugs).
         import torch
 
-        import grader.report  # noqa: F401 - used by _results, after the workers
-        from grader.grading import grade
         from grader.isolation import missing
-        from grader.sandbox import Limits, layers
-        from grader.shards import default_processes
+        from grader.sandbox import Limits, clean_parent, layers
 
         work = Path(tempfile.mkdtemp(prefix="mha-course-"))
         try:
-            # The files under their exercise names, side by side in a folder
-            # of their own: a chapter may import an earlier chapter's file.
-            targets = []
-            for chapter in chapters:
-                if chapter.id in found.chosen:
-                    source = found.chosen[chapter.id]
-                    copy = work / f"{chapter.module}{source.suffix}"
-                    shutil.copyfile(source, copy)
-                    targets.append((chapter, copy))
-            # Workers read a copy of these (the sandbox stages them) and write a
-            # scratch folder of their own: this folder stays root's.
-            line = _drop_root_in_workers(student_user)
-            if line:
-                log(line)
-            log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
-            limits = Limits.per_check(timeout)
-            report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
-            report.sources = found.sources()  # named as the student knows them, not as copied
+            with clean_parent():
+                import grader.report  # noqa: F401 - used by _results, after the workers
+                from grader.grading import grade
+                from grader.shards import default_processes
+
+                # The files under their exercise names, side by side in a folder
+                # of their own: a chapter may import an earlier chapter's file.
+                targets = []
+                for chapter in chapters:
+                    if chapter.id in found.chosen:
+                        source = found.chosen[chapter.id]
+                        copy = work / f"{chapter.module}{source.suffix}"
+                        shutil.copyfile(source, copy)
+                        targets.append((chapter, copy))
+                # Workers read a copy of these (the sandbox stages them) and write a
+                # scratch folder of their own: this folder stays root's.
+                line = _drop_root_in_workers(student_user)
+                if line:
+                    log(line)
+                log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
+                limits = Limits.per_check(timeout)
+                report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
+                report.sources = found.sources()  # named as the student knows them, not as copied
         finally:
             stopped = reaping.stop_descendants()
             if stopped:

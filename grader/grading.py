@@ -6,6 +6,12 @@ each chapter's checks in a pytest session of its own, chapters side by side
 in forked copies of this process (``grader.shards``); student code runs only
 in the workers that ``RemoteSubmission`` has forked, and nothing they start
 outlives the grade (``grader.reaping``).
+
+The workers' fork servers come from the clean parent that the command
+started before it read anything secret (``sandbox.clean_parent``), never
+from this process, which reads the checks, the reference and the known
+bugs. Called without one (as a library, by the tests), a grade forks them
+from the calling process, which then must hold nothing secret itself.
 """
 
 from __future__ import annotations
@@ -13,28 +19,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import importlib
 import io
 import os
 import re
 import secrets
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
-from grader import reaping, recorded, static_scan
+from grader import forkserver, reaping, recorded, static_scan
 from grader.catalog import CHECKS_DIR, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult, GradingPlugin
 from grader.remote import RemoteSubmission
-from grader.sandbox import Limits, fork_server
+from grader.sandbox import Limits, fork_server, preload  # noqa: F401 - preload: for callers that grade
 from grader.shards import ShardFailed, one_thread, run_side_by_side
 
 
@@ -177,9 +182,12 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     runnable = {key: value for key, value in parsed.items() if isinstance(value, Submission)}
 
     def server() -> contextlib.closing[ForkServer]:
-        # One per process, forked when it takes its first chapter: every
+        # One per process, asked for when it takes its first chapter: every
         # worker is forked from it, none from a process that runs checks.
-        return contextlib.closing(fork_server(runnable))
+        try:
+            return contextlib.closing(fork_server(runnable))
+        except ForkServerError as error:
+            raise GraderError(f"could not start a fork server: {error}") from None
 
     def check(chapter: Chapter, forks: ForkServer):
         return _check_chapter(chapter, parsed[chapter.id], run, forks)
@@ -194,7 +202,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     before = reaping.descendants()
     try:
         return run_side_by_side(chapters, check, 1 if recording else jobs, server)
-    except ShardFailed as error:
+    except (ShardFailed, ForkServerError) as error:
         raise GraderError(str(error)) from None
     finally:
         reaping.stop_descendants(spare=before)
@@ -279,12 +287,18 @@ def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run:
                     server: ForkServer) -> ForkServer | None:
     """A copy of ``server`` importing what the chapter's exercises preload
     (``Exercise.preload``) while the other checks run, or None where there
-    is nothing to import: this process has it already (a batch, ``verify``
-    and ``watch`` import it before they fork), or no such exercise is checked."""
+    is nothing to import: the server has it already (a batch, ``verify``
+    and ``watch`` import it before they fork the clean parent or the
+    server: ``sandbox.preload``), or no such exercise is checked."""
     if not isinstance(parsed, Submission):
         return None
     wanted = [exercise for exercise in chapter.exercises if run.only is None or exercise.name in run.only]
-    missing = [name for exercise in wanted for name in exercise.preload if name not in sys.modules]
+    try:
+        origin = forkserver.servers_origin()
+    except ForkServerError:  # its workers come from the server, which imports nothing more
+        return None
+    imported = origin.modules if origin is not None else sys.modules
+    missing = [name for exercise in wanted for name in exercise.preload if name not in imported]
     if not missing:
         return None
     try:
@@ -293,27 +307,11 @@ def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run:
         return None
 
 
-def preload(chapters: Iterable[Chapter]) -> None:
-    """Import the modules that the chapters' correct code imports on its own
-    (``Chapter.preload``), here and now.
-
-    For a process that forks many grades (a batch, ``verify``, ``watch``):
-    each worker then inherits them instead of importing them again. A
-    single grade does not call this, it would wait for the imports: there a
-    copy of the fork server imports them beside the chapter's other checks
-    (``_preloaded_copy``).
-    """
-    for chapter in chapters:
-        for name in chapter.preload:
-            # A module that will not import here fails the same way in the worker that
-            # needs it, against that submission only: the batch goes on.
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
-
-
 def _grading_cost(chapter: Chapter) -> int:
     """How many check functions the chapter has, plus what its catalog entry
-    adds for slow ones (``Chapter.extra_cost``): a measure of its grading time."""
+    adds for slow ones (``Chapter.extra_cost``): a measure of its grading time.
+    (It reads the checks: a fork server forked from this process after it
+    would hold their text, which is why none is, under a clean parent.)"""
     checks = chapter.checks.read_text(encoding="utf-8").count("\ndef test_")
     return checks + chapter.extra_cost
 

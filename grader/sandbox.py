@@ -20,7 +20,8 @@ a moment, bounded, and used for that message only.
 ``fork_server`` also prepares what the workers of one grade may touch: a
 folder holding a copy of the submissions (the only files of the student's
 they can read) and a scratch folder (the only place they can write), both
-removed when the server closes.
+removed when the server closes. A command first forks the process its fork
+servers come from (``clean_parent``), so that no worker inherits a secret.
 """
 
 from __future__ import annotations
@@ -28,24 +29,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib
 import os
 import re
 import select
+import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import isolation, wire, worker
-from grader.catalog import CHAPTERS, COURSE_ROOT
+from grader import forkserver, isolation, wire, worker
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 from grader.forkserver import ForkServer, ForkServerError
 from grader.isolation import CONFINEMENT_FAILED, Limits, Policy
 from grader.loading import Submission
 from grader.outcomes import Failure
 
-__all__ = ["CPU_CLOCK", "Deadline", "Limits", "LoadResult", "Worker", "WorkerDied", "fork_server", "probe",
-           "run_workers_as", "timeout_reason"]
+__all__ = ["CPU_CLOCK", "Deadline", "Limits", "LoadResult", "Worker", "WorkerDied", "clean_parent", "fork_server",
+           "preload", "probe", "run_workers_as", "timeout_reason"]
 
 # Whether this system tells another process's CPU time: Linux's /proc does,
 # macOS has no /proc and its limits stay wall time (``Worker.cpu_seconds``).
@@ -105,9 +109,43 @@ def _python_folders() -> tuple[str, ...]:
     return isolation.python_folders(COURSE_ROOT)
 
 
+def preload(chapters: Iterable[Chapter]) -> None:
+    """Import the modules that the chapters' correct code imports on its own
+    (``Chapter.preload``), here and now.
+
+    For a process that forks many grades (a batch, ``verify``, ``watch``),
+    before it forks the clean parent: each worker then inherits them
+    instead of importing them again. A single grade does not call this, it
+    would wait for the imports: there a copy of the fork server imports them
+    beside the chapter's other checks (``grading._preloaded_copy``).
+    """
+    for chapter in chapters:
+        for name in chapter.preload:
+            # A module that will not import here fails the same way in the worker that
+            # needs it, against that submission only: the batch goes on.
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+
+def clean_parent() -> contextlib.AbstractContextManager[None]:
+    """A block whose fork servers are forked from a process forked now
+    (``forkserver.clean_parent``): a command enters it first, before it
+    reads or imports a check, an oracle, a reference, a known bug or a
+    recorded answer. This module has imported what a worker runs by then."""
+    return forkserver.clean_parent()
+
+
 def fork_server(submissions: dict[str, Submission]) -> ForkServer:
     """Start the process that forks the workers of these submissions, by key,
-    with the folders they may read and write."""
+    with the folders they may read and write: forked from the clean parent
+    where this process has one (``clean_parent``), else from this process.
+
+    Raises ForkServerError when the clean parent does not answer."""
+    # Measured once rather than in every worker (a millisecond each): the
+    # server, and the workers it forks, start with the address space of the
+    # process it is forked from.
+    origin = forkserver.servers_origin()
+    inherited = origin.address_space if origin is not None else forkserver.address_space()
     folder = Path(tempfile.mkdtemp(prefix="mha-course-"))
     os.chmod(folder, 0o711)  # a worker of another account passes through, lists nothing
     stage, scratch = folder / "submissions", folder / "scratch"
@@ -118,10 +156,12 @@ def fork_server(submissions: dict[str, Submission]) -> ForkServer:
     policy = Policy(str(scratch), _python_folders(), (str(stage),),
                     isolation.processes_of(uid) if uid != 0 else 0, _WORKER_ACCOUNT, layers())
     policy = dataclasses.replace(policy, rules=isolation.fixed_rules(policy))
-    # Measured here once rather than in every worker (a millisecond each):
-    # the server, and the workers it forks, start with this address space.
-    run = functools.partial(worker.main, _address_space_bytes(), policy)
-    return ForkServer(submissions, run, folder)
+    run = functools.partial(worker.main, inherited, policy)
+    try:
+        return ForkServer(submissions, run, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _stage(submissions: dict[str, Submission], stage: Path) -> None:
@@ -142,15 +182,6 @@ def _stage(submissions: dict[str, Submission], stage: Path) -> None:
                     target.write_text(sibling.read_text(encoding="utf-8"), encoding="utf-8")
     for path in stage.iterdir():
         path.chmod(0o644)
-
-
-def _address_space_bytes() -> int:
-    """This process's virtual memory size; 0 where /proc does not tell (macOS)."""
-    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 

@@ -6,8 +6,10 @@ two chains: this process and a forked copy of it (torch and pytest are
 imported already, so the copy is cheap). Each takes the next
 chapter from a shared queue when it is done with one, so a heavy chapter
 does not leave a core idle. Only trusted grader code runs in the copies;
-student code still runs in workers. What a copy found comes back pickled
-through a pipe: from our own process, never from a worker.
+student code still runs in workers, whose fork servers the clean parent
+forks for each copy as for this process (``forkserver.handoff``). What a
+copy found comes back pickled through a pipe: from our own process, never
+from a worker.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import torch
+
+from grader import forkserver
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
@@ -98,7 +102,11 @@ def run_side_by_side(items: Sequence[Item], work: Callable[[Item, Shared], Outco
                 children.append(_fork(items, work, shared, queue_read))
             done = dict(_take_and_work(items, work, shared, queue_read))
         while children:
-            done.update(_collect(*children.pop(0)))
+            pid, read_fd = children.pop(0)
+            try:
+                done.update(_collect(pid, read_fd))
+            finally:
+                forkserver.stop_servers_of(pid)  # those of a copy that died before it closed them
         return [done[index] for index in range(len(items))]
     finally:
         os.close(queue_read)
@@ -106,6 +114,7 @@ def run_side_by_side(items: Sequence[Item], work: Callable[[Item, Shared], Outco
             os.kill(pid, signal.SIGKILL)
             os.close(read_fd)
             os.waitpid(pid, 0)
+            forkserver.stop_servers_of(pid)
 
 
 def _take_and_work(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
@@ -142,7 +151,13 @@ def fork_answering(compute: Callable[[], object]) -> tuple[int, int]:
     """Fork a copy of this process that sends back ``pickle.dumps(compute())``
     through a pipe (nothing, if it dies first) and ends; returns its pid and
     the pipe's end to read the answer from. Only the grader's own code may
-    run in ``compute``: the caller unpickles what comes back."""
+    run in ``compute``: the caller unpickles what comes back.
+
+    Where this process has a clean parent, the copy gets a connection of
+    its own to it: its fork servers come from there too. Once the copy has
+    ended (or been killed), ``forkserver.stop_servers_of(pid)`` makes sure
+    they have too."""
+    handoff = forkserver.handoff()
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
     sys.stderr.flush()
@@ -150,12 +165,14 @@ def fork_answering(compute: Callable[[], object]) -> tuple[int, int]:
     if pid == 0:  # the child never returns into the caller's code
         try:
             os.close(read_fd)
+            forkserver.take(handoff)
             data = pickle.dumps(compute())
             with os.fdopen(write_fd, "wb") as pipe:
                 pipe.write(data)
         finally:
             os._exit(0)
     os.close(write_fd)
+    forkserver.given(handoff, pid)
     return pid, read_fd
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from grader.build import edited_files, generated_files, stale_files, write_stubs
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
-from grader.grading import GraderError, grade, preload
+from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.recorded import is_edition
+from grader.sandbox import preload
 from grader.shards import forked_pool
 
 MIN_BUGS = 4  # known bugs an exercise's catalog must hold
