@@ -36,7 +36,6 @@ from grader import reaping
 from grader.batch import CSV_FILE, GradingOptions, run_batch
 from grader.batch_state import STATE_FILE
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.known_bugs import KNOWN_BUGS
 
 CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
 REFERENCE = CH01.solution()
@@ -482,53 +481,6 @@ def test_a_piped_grade_ends_when_the_grader_does(tmp_path):
     assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points
 
 
-def memory_reader() -> str:
-    """A chapter 1 stub whose softmax reads its worker's memory out, looking
-    for a known bug's edited line and a line of the reference's code, and
-    says in its error what it found (an error's words reach the student).
-
-    A text searched for whole would be found in the search's own code: each
-    is searched as its first half, followed by bytes whose hash is that of
-    its second half. A canary the function builds itself, searched the same
-    way, shows that the search works."""
-    import hashlib
-
-    bug = KNOWN_BUGS["ch01"][0].new.strip()
-    body = REFERENCE.read_text(encoding="utf-8").split("# BEGIN SOLUTION")[1].split("# END SOLUTION")[0]
-    marker = next(line.strip() for line in body.splitlines() if len(line.strip()) > 30)
-    assert marker not in STUB and bug not in STUB
-    needles = [("canary-", "of-the-submission")] + [(text[:len(text) // 2], text[len(text) // 2:])
-                                                     for text in (bug, marker)]
-    wanted = [(head.encode(), len(tail.encode()), hashlib.sha256(tail.encode()).hexdigest(), name)
-              for (head, tail), name in zip(needles, ("canary", "a known bug", "the reference"))]
-    return STUB + f'''
-
-def softmax(x, dim=-1):
-    import hashlib
-    canary = "canary-" + "of-" + "the-submission"
-    found = set()
-    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", buffering=0) as memory:
-        for line in maps:
-            fields = line.split()
-            if "rw" not in fields[1] or (len(fields) > 5 and fields[5].startswith("/")):
-                continue  # the heaps only: no library's code
-            start, end = (int(part, 16) for part in fields[0].split("-"))
-            try:
-                memory.seek(start)
-                data = memory.read(end - start)
-            except (OSError, OverflowError, ValueError):
-                continue
-            for head, size, digest, name in {wanted!r}:
-                at = data.find(head)
-                while at >= 0 and name not in found:
-                    tail = data[at + len(head): at + len(head) + size]
-                    if hashlib.sha256(tail).hexdigest() == digest:
-                        found.add(name)
-                    at = data.find(head, at + 1)
-    raise RuntimeError(f"found: {{', '.join(sorted(found))}} ({{len(canary)}})")
-'''
-
-
 STDOUT_HOLDER = Attack("holds-the-graders-stdout", "ch01", "self_attention", '''
 def self_attention(x, w_q, w_k, w_v, mask=None):
     import os, time
@@ -567,19 +519,6 @@ def test_a_process_that_holds_the_graders_output_dies_with_the_grade(tmp_path, c
     assert time.monotonic() - started < BOUND_SECONDS
     if confined:
         assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points
-
-
-def test_no_known_bug_nor_the_reference_is_in_a_workers_memory(tmp_path):
-    """A worker that reads its own memory out finds neither the catalog's
-    edited lines nor the reference's code, so neither can leave through a
-    message: a grade forks its workers' server before it loads them."""
-    source = memory_reader()
-    path = tmp_path / CH01.file_name
-    path.write_text(source, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1",
-                           "--timeout", "20"], capture_output=True, text=True, timeout=240)
-    softmax = next(test for test in json.loads(done.stdout)["tests"] if test["name"].startswith("ch01 softmax"))
-    assert "found: canary (" in softmax["output"], softmax["output"]
 
 
 # -- an instructor's batch -------------------------------------------------------------
@@ -675,22 +614,6 @@ def check_batch(tmp_path: Path) -> None:
 
 def test_a_class_with_attackers_is_graded_fairly(tmp_path):
     check_batch(tmp_path)
-
-
-def test_in_a_batch_no_workers_memory_holds_the_reference(tmp_path):
-    """``mha-course batch`` grades each student from a process that never
-    loaded the reference, the checks or the known bugs."""
-    for student, source in (("alice", SOLUTION), ("mallory", memory_reader())):
-        (tmp_path / "class" / student).mkdir(parents=True)
-        (tmp_path / "class" / student / CH01.file_name).write_text(source, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--out",
-                           str(tmp_path / "grades"), "--seed", "1", "--timeout", "20"],
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr
-    results = json.loads((tmp_path / "grades" / "results" / "mallory.json").read_text(encoding="utf-8"))
-    softmax = next(test for test in results["tests"] if test["name"].startswith("ch01 softmax:"))
-    assert "found: canary (" in softmax["output"], softmax["output"]
-    assert batch_rows(tmp_path / "grades")["alice"]["total"] == str(CH01.points)
 
 
 @pytest.mark.usefixtures("unconfined")

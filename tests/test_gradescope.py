@@ -371,14 +371,6 @@ def test_the_bundle_needs_the_reference_solutions(tmp_path):
 # -- the attack corpus, run in the bundle (tests/test_attacks.py) ------------------------
 
 
-def test_a_workers_memory_holds_neither_the_reference_nor_the_known_bugs(autograder):
-    from test_attacks import memory_reader
-
-    results, _ = autograder({CH01.file_name: memory_reader()})
-    softmax = next(test for test in results["tests"] if test["name"].startswith("ch01 softmax:"))
-    assert "found: canary (" in softmax["output"], softmax["output"]
-
-
 def test_the_reference_and_the_grader_are_out_of_a_submissions_reach(autograder):
     source = autograder.root / "source"
     attack = SOLUTION + f'''
