@@ -146,21 +146,8 @@ class ForkServer:
                 self._stop()
                 raise ForkServerError(f"the fork server did not take its submissions: {error}") from None
             return
-        grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                grader_end.close()
-                _serve(server_end, self._submissions, self._run_worker)
-            finally:
-                reaping.stop_descendants()
-                os._exit(0)
-        server_end.close()
-        grader_end.settimeout(ANSWER_SECONDS)
-        self.pid = pid
-        self._socket = grader_end
+        self.pid, self._socket = _fork_serving(lambda sock: _serve(sock, self._submissions, self._run_worker))
+        self._socket.settimeout(ANSWER_SECONDS)
 
     def spawn(self, key: str, request: dict) -> tuple[int, int, int]:
         """Fork a worker for submission ``key``; ``request`` is handed to it.
@@ -213,34 +200,32 @@ class ForkServer:
             with contextlib.suppress(ForkServerError):
                 self._link.ask({"op": "end", "pid": self.pid})
             return
-        deadline = time.monotonic() + GRACE_SECONDS
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
-                if time.monotonic() > deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)  # killed: returns at once
-                    break
-                time.sleep(0.001)
+        _wait_or_kill(self.pid)
 
     def _ask(self, message: dict) -> tuple[dict, list[int]]:
         """One request and its answer. A server that fails to answer is
         stopped at once: a late answer would be read as the next one's."""
         if self._socket is None:
             raise ForkServerError("the fork server is closed")
-        problem = "the fork server ended"
-        try:
-            _send(self._socket, message)
-            answer = _receive(self._socket)
-        except TimeoutError:
-            answer, problem = None, f"the fork server did not answer within {self._socket.gettimeout():g} s"
-        except OSError as error:
-            answer, problem = None, f"the fork server failed: {error}"
+        answer, problem = _exchange(self._socket, message, "the fork server")
         if answer is None:
             self._stop()
             raise ForkServerError(problem)
         self._socket.settimeout(ANSWER_SECONDS)  # a copy's imports are done
         return answer
+
+
+def _exchange(sock: socket.socket, message: dict, who: str) -> tuple[tuple[dict, list[int]] | None, str]:
+    """Send one request and read its answer, within the socket's timeout:
+    ``(answer, "")``, or ``(None, what went wrong)``, ``who`` named."""
+    try:
+        _send(sock, message)
+        answer = _receive(sock)
+    except TimeoutError:
+        return None, f"{who} did not answer within {sock.gettimeout():g} s"
+    except OSError as error:
+        return None, f"{who} failed: {error}"
+    return (answer, "") if answer is not None else (None, f"{who} ended")
 
 
 def _send(sock: socket.socket, message: dict, fds: Sequence[int] = (), payload: bytes = b"") -> None:
@@ -372,23 +357,35 @@ def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
                preload: list[str]) -> tuple[int, int]:
     """Fork a server like this one that first imports ``preload``; returns
     its pid and the grader's end of its socket."""
-    grader_end, copy_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    def serve(copy_end: socket.socket) -> None:
+        sock.close()
+        for name in preload:
+            # One that will not import fails the same way in the worker
+            # that needs it, against that submission only.
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+        _serve(copy_end, submissions, run_worker)
+
+    pid, grader_end = _fork_serving(serve)
+    return pid, grader_end.detach()
+
+
+def _fork_serving(serve: Callable[[socket.socket], None]) -> tuple[int, socket.socket]:
+    """Fork a child that runs ``serve(its end of a new socket pair)``, then
+    stops everything below it and ends; returns its pid and this process's end."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
+    sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # the child never returns into the caller's code
         try:
-            sock.close()
-            grader_end.close()
-            for name in preload:
-                # One that will not import fails the same way in the worker
-                # that needs it, against that submission only.
-                with contextlib.suppress(Exception):
-                    importlib.import_module(name)
-            _serve(copy_end, submissions, run_worker)
+            ours.close()
+            serve(theirs)
         finally:
             reaping.stop_descendants()
             os._exit(0)
-    copy_end.close()
-    return pid, grader_end.detach()
+    theirs.close()
+    return pid, ours
 
 
 def _fork_worker(sock: socket.socket, submission: Submission, request: dict,
@@ -488,14 +485,7 @@ class _Link:
         forks no fork server at all (none from itself, which is not clean)."""
         if self.socket is None or self.owner != os.getpid():
             raise ForkServerError("the clean parent of the fork servers is gone")
-        problem = "the clean parent of the fork servers ended"
-        try:
-            _send(self.socket, message)
-            answer = _receive(self.socket)
-        except TimeoutError:
-            answer, problem = None, f"the clean parent did not answer within {ANSWER_SECONDS:g} s"
-        except OSError as error:
-            answer, problem = None, f"the clean parent failed: {error}"
+        answer, problem = _exchange(self.socket, message, "the clean parent of the fork servers")
         if answer is None:
             self.close()
             raise ForkServerError(problem)
@@ -548,18 +538,7 @@ def clean_parent() -> Iterator[None]:
         yield
         return
     before = _LINK
-    grader_end, parent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    sys.stdout.flush()  # else the copy's buffers hold this process's pending output too
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            grader_end.close()
-            _be_the_clean_parent(parent_end)
-        finally:
-            reaping.stop_descendants()
-            os._exit(0)
-    parent_end.close()
+    pid, grader_end = _fork_serving(_be_the_clean_parent)
     grader_end.settimeout(ANSWER_SECONDS)
     _LINK = link = _Link(grader_end)
     try:
@@ -770,18 +749,12 @@ class _CleanParent:
     def fork_bare_server(self) -> tuple[int, int]:
         """Fork a server that waits for its submissions (``_serve``); returns
         its pid and the grader's end of its socket."""
-        grader_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                grader_end.close()
-                for connection in self.connections.values():
-                    connection.socket.close()
-                _serve(server_end, None, None)
-            finally:
-                reaping.stop_descendants()
-                os._exit(0)
-        server_end.close()
+        def serve(server_end: socket.socket) -> None:
+            for connection in self.connections.values():
+                connection.socket.close()
+            _serve(server_end, None, None)
+
+        pid, grader_end = _fork_serving(serve)
         return pid, grader_end.detach()
 
 
