@@ -184,10 +184,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     def server() -> contextlib.closing[ForkServer]:
         # One per process, asked for when it takes its first chapter: every
         # worker is forked from it, none from a process that runs checks.
-        try:
-            return contextlib.closing(fork_server(runnable))
-        except ForkServerError as error:
-            raise GraderError(f"could not start a fork server: {error}") from None
+        return contextlib.closing(fork_server(runnable))
 
     def check(chapter: Chapter, forks: ForkServer):
         return _check_chapter(chapter, parsed[chapter.id], run, forks)
@@ -202,7 +199,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     before = reaping.descendants()
     try:
         return run_side_by_side(chapters, check, 1 if recording else jobs, server)
-    except (ShardFailed, ForkServerError) as error:
+    except (ShardFailed, ForkServerError) as error:  # a fork server could not be had, here or in a copy
         raise GraderError(str(error)) from None
     finally:
         reaping.stop_descendants(spare=before)
