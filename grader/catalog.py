@@ -120,8 +120,10 @@ class Chapter:
 
     @property
     def preload(self) -> tuple[str, ...]:
-        """What its exercises preload (``Exercise.preload``), each once."""
-        return tuple(dict.fromkeys(name for exercise in self.exercises for name in exercise.preload))
+        """What its exercises preload (``Exercise.preload``), and what its
+        portability check's meta runs import (``META_RUN_PRELOAD``), each once."""
+        return tuple(dict.fromkeys((*META_RUN_PRELOAD,
+                                    *(name for exercise in self.exercises for name in exercise.preload))))
 
     def exercise(self, name: str) -> Exercise:
         for exercise in self.exercises:
@@ -129,6 +131,12 @@ class Chapter:
                 return exercise
         raise KeyError(f"{self.id} has no exercise {name!r}")
 
+
+# What a call on the meta device imports on its first run: torch's meta
+# kernels written in Python check their arguments with sympy (about half a
+# second). Every chapter's portability check makes such a call, in a worker
+# forked from where the import was made once (``grading._preloaded_copy``).
+META_RUN_PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
 
 SOFTMAX_CALLS = (
     "torch.softmax",

@@ -25,7 +25,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from grader import forkserver, reaping, recorded, static_scan
-from grader.catalog import CHECKS_DIR, Chapter, Exercise
+from grader.catalog import CHECKS_DIR, META_RUN_PRELOAD, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
@@ -181,12 +181,12 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     notes on its file."""
     runnable = {key: value for key, value in parsed.items() if isinstance(value, Submission)}
 
-    def server() -> contextlib.closing[ForkServer]:
+    def server() -> contextlib.closing[_Forks]:
         # One per process, asked for when it takes its first chapter: every
         # worker is forked from it, none from a process that runs checks.
-        return contextlib.closing(fork_server(runnable))
+        return contextlib.closing(_Forks(fork_server(runnable)))
 
-    def check(chapter: Chapter, forks: ForkServer):
+    def check(chapter: Chapter, forks: _Forks):
         return _check_chapter(chapter, parsed[chapter.id], run, forks)
 
     # Heaviest first, so that no process is left with a long chapter at the
@@ -263,30 +263,54 @@ def _freeze_what_lives_on() -> None:
         _frozen = True
 
 
+class _Forks:
+    """What one grading process forks its workers from: its fork server,
+    and the copies of it that have imported more (``ForkServer.preloaded_copy``),
+    each made when a chapter first needs it and kept for the next ones."""
+
+    def __init__(self, server: ForkServer):
+        self.server = server
+        self._copies: list[tuple[frozenset[str], ForkServer]] = []
+
+    def copy_with(self, modules: Iterable[str]) -> ForkServer:
+        """A copy that has imported ``modules`` (or more)."""
+        wanted = frozenset(modules)
+        for imported, copy in self._copies:
+            if wanted <= imported:
+                return copy
+        copy = self.server.preloaded_copy(sorted(wanted))
+        self._copies.append((wanted, copy))
+        return copy
+
+    def close(self) -> None:
+        for _, copy in self._copies:
+            copy.close()
+        self.server.close()
+
+
 def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
-                   server: ForkServer) -> tuple[list[CheckResult], dict[str, list[str]]]:
-    """Run one chapter's checks, with workers from ``server``: every check's
+                   forks: _Forks) -> tuple[list[CheckResult], dict[str, list[str]]]:
+    """Run one chapter's checks, with workers from ``forks``: every check's
     result, and the notes on the file (statements skipped, syntax repaired)
     under the chapter's id."""
-    preloaded = _preloaded_copy(chapter, parsed, run, server)
-    remote = RemoteSubmission(chapter, parsed, run.limits, run.device, server, preloaded)
+    preloaded = _preloaded_copy(chapter, parsed, run, forks)
+    remote = RemoteSubmission(chapter, parsed, run.limits, run.device, forks.server, preloaded)
     plugin = GradingPlugin(remote, run.seed, run.only)
     try:
         _run_checks(chapter, plugin)
     finally:
         remote.close()
-        if preloaded is not None:
-            preloaded.close()
     return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
 
 
 def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
-                    server: ForkServer) -> ForkServer | None:
-    """A copy of ``server`` importing what the chapter's exercises preload
-    (``Exercise.preload``) while the other checks run, or None where there
-    is nothing to import: the server has it already (a batch, ``verify``
-    and ``watch`` import it before they fork the clean parent or the
-    server: ``sandbox.preload``), or no such exercise is checked."""
+                    forks: _Forks) -> ForkServer | None:
+    """A copy of the fork server that imports, while the other checks run,
+    what the chapter's exercises preload (``Exercise.preload``) and what its
+    portability check's meta runs need (``META_RUN_PRELOAD``: the plugin runs
+    that check last); or None where there is nothing to import: the server
+    has it already (a batch, ``verify`` and ``watch`` import it before they
+    fork the clean parent or the server: ``sandbox.preload``)."""
     if not isinstance(parsed, Submission):
         return None
     wanted = [exercise for exercise in chapter.exercises if run.only is None or exercise.name in run.only]
@@ -295,11 +319,12 @@ def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run:
     except ForkServerError:  # its workers come from the server, which imports nothing more
         return None
     imported = origin.modules if origin is not None else sys.modules
-    missing = [name for exercise in wanted for name in exercise.preload if name not in imported]
+    needed = (*META_RUN_PRELOAD, *(name for exercise in wanted for name in exercise.preload))
+    missing = [name for name in dict.fromkeys(needed) if name not in imported]
     if not missing:
         return None
     try:
-        return server.preloaded_copy(missing)
+        return forks.copy_with(missing)
     except ForkServerError:  # its workers come from the server, which imports nothing more
         return None
 

@@ -111,13 +111,15 @@ class GradingPlugin:
 
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", "exercise(name): the catalog exercise a check judges")
+        config.addinivalue_line("markers", "portability: a check run last in its chapter, on meta")
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Run each exercise's checks together, in catalog order: an exercise
         gets one worker, however its checks are laid out in the file (a
         chapter's shared checks sit at its end). Exercises that preload
-        (``Exercise.preload``) go last, giving the imports the most time to
-        be made beside the other checks. Drop those not asked for."""
+        (``Exercise.preload``) go last, and the portability checks after
+        them, giving the imports the most time to be made beside the other
+        checks. Drop those not asked for."""
         if self.only is not None:
             dropped = [item for item in items if _exercise_of(item) not in self.only]
             items[:] = [item for item in items if _exercise_of(item) in self.only]
@@ -125,11 +127,12 @@ class GradingPlugin:
 
         names = [exercise.name for exercise in self.chapter.exercises]
 
-        def order(item: pytest.Item) -> tuple[bool, int]:
+        def order(item: pytest.Item) -> tuple[bool, bool, int]:
             name = _exercise_of(item)
+            last = item.get_closest_marker("portability") is not None
             if name not in names:
-                return False, len(names)
-            return bool(self.chapter.exercise(name).preload), names.index(name)
+                return last, False, len(names)
+            return last, bool(self.chapter.exercise(name).preload), names.index(name)
 
         items.sort(key=order)  # stable: within an exercise, the file's order
 

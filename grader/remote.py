@@ -86,8 +86,10 @@ class RemoteSubmission:
         server: the fork server holding ``submission`` under the chapter's
             id; None starts one of its own when a worker is first needed.
         preloaded: a copy of ``server`` that has imported what some
-            exercises preload (``Exercise.preload``): their workers come
-            from it. None: from ``server``, which imports nothing more.
+            exercises preload (``Exercise.preload``) and what meta runs
+            need (``catalog.META_RUN_PRELOAD``): their workers, and the
+            portability calls', come from it. None: from ``server``, which
+            has imported what it needs.
     """
 
     def __init__(self, chapter: Chapter, submission: Submission | SubmissionError,
@@ -107,6 +109,7 @@ class RemoteSubmission:
         self._exercises: dict[str, _ExerciseState] = {}
         self._worker: Worker | None = None
         self._worker_exercise: str | None = None
+        self._meta: Worker | None = None  # the portability calls' (``_meta_worker``)
         self._exercise: str | None = None
         self._check_cpu = 0.0  # CPU time the current check's calls used
         self._check_deadline = 0.0  # when the clock's backstop stops the current check
@@ -164,6 +167,9 @@ class RemoteSubmission:
 
     def close(self) -> None:
         self._stop_worker()
+        if self._meta is not None:
+            self._meta.kill()
+            self._meta = None
         if self._own_server is not None:
             self._own_server.close()
             self._own_server = None
@@ -216,9 +222,13 @@ class RemoteSubmission:
         if state.failure is not None:
             raise state.failure
         self._refuse_over_time(exercise, state)
+        own = budget or portability  # a worker apart from the exercise's: its death is this check's alone
         try:
-            worker = self._budget_worker(exercise, budget) if budget else self._worker_for(exercise)
+            worker = (self._budget_worker(exercise, budget) if budget else
+                      self._meta_worker() if portability else self._worker_for(exercise))
         except WorkerDied as death:
+            if own:
+                raise _death_failure(text, death) from None
             state.failure = _death_failure(text, death)
             raise state.failure from None
         timing = self._time_for(worker, state)
@@ -237,7 +247,9 @@ class RemoteSubmission:
         try:
             answer = worker.request(request, timing.deadline)
         except WorkerDied as death:
-            if budget:  # a worker of its own: the exercise's goes on
+            if own:  # a worker apart: the exercise's goes on
+                if portability:
+                    self._meta = None
                 raise _death_failure(text, death, timing.reason(death, worker, self.submission)) from None
             self._stop_worker()
             state.failure = _death_failure(text, death, timing.reason(death, worker, self.submission))
@@ -357,25 +369,36 @@ class RemoteSubmission:
             return ()
 
     def _worker_for(self, exercise: str) -> Worker:
+        """The exercise's worker, refusing what it forbids, kept for its checks."""
         if self._worker is None:
-            asked = time.monotonic()
-            server = self._preloaded if self._preloads(exercise) else self._fork_server()
-            self._worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
-                                  forbidden=self._forbidden(exercise), filename=str(self.submission.path))
+            self._worker = self._spawn(exercise, forbidden=self._forbidden(exercise))
             self._worker_exercise = exercise
-            # Starting it is the grader's time, not the check's (longer when
-            # a fork server had to be replaced).
-            self._check_deadline += time.monotonic() - asked
         return self._worker
 
     def _budget_worker(self, exercise: str, budget: int) -> Worker:
         """A worker for one call under a memory budget, counted from before
         the file's first statement runs in it."""
+        return self._spawn(exercise, forbidden=self._forbidden(exercise), budget=budget)
+
+    def _meta_worker(self) -> Worker:
+        """The worker of the chapter's portability calls, kept for all of
+        them: forked where meta runs' imports were made (the preloaded copy,
+        or the server, which has them), refusing nothing, since whether a
+        call keeps to its inputs' device does not depend on what it calls."""
+        if self._meta is None:
+            self._meta = self._spawn(None)
+        return self._meta
+
+    def _spawn(self, exercise: str | None, **options) -> Worker:
+        """A new worker for ``exercise`` (None: the portability calls); the
+        time it takes to start is the grader's, not the check's (longer when
+        a fork server had to be replaced)."""
         asked = time.monotonic()
-        server = self._preloaded if self._preloads(exercise) else self._fork_server()
+        server = (self._preloaded if self._preloaded is not None and (exercise is None or self._preloads(exercise))
+                  else self._fork_server())
         worker = Worker(server, self.chapter.id, self.limits, frozenset(self._loaded_file.skipped),
-                        forbidden=self._forbidden(exercise), budget=budget, filename=str(self.submission.path))
-        self._check_deadline += time.monotonic() - asked  # starting it is the grader's time
+                        filename=str(self.submission.path), **options)
+        self._check_deadline += time.monotonic() - asked
         return worker
 
     def _preloads(self, exercise: str) -> bool:

@@ -30,6 +30,7 @@ from grader.outcomes import Failure
 from grader.portability import device_for
 
 exercise = pytest.mark.exercise
+portability = pytest.mark.portability
 
 
 class Oracles:
@@ -159,8 +160,11 @@ def portable(name: str, make_args):
 
 def portability_check(cases: list):
     """A chapter's check that its exercises would run on a GPU, one case each
-    (``portable(...)``): assign it to a ``test_`` name in the chapter's file."""
+    (``portable(...)``): assign it to a ``test_`` name in the chapter's file.
+    Its cases run after the chapter's other checks (``portability`` marker),
+    in one worker, while what meta runs import is imported beside them."""
 
+    @portability
     @pytest.mark.parametrize("name, make_args", cases)
     def check(submission, inputs, name, make_args):
         """would run on a GPU too: runs with its inputs on meta, where a tensor made on the CPU cannot meet them"""
