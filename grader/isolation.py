@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import os
 import platform
 import resource
@@ -233,6 +234,7 @@ def _set_limits(limits: Limits, inherited: int, processes: int, budget: int) -> 
         # Every mapping counts (shared ones too, unlike RLIMIT_DATA), taken from now
         # on: no memory put aside beforehand can be reused, since no student code has run.
         _one_mapping_per_large_allocation()
+        _no_heap_grows_unseen()
         now = _address_space_now()
         space = min(space, now + budget) if space else now + budget
     if space:
@@ -267,7 +269,7 @@ def _set_limit(kind: int, soft: int, hard: int) -> None:
 # /proc tells its size: a memory check's budget is counted there (Linux).
 BUDGET_COUNTED = sys.platform == "linux"
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc)
-_LARGE = 64 * 2**10  # bytes: an allocation this large gets a mapping of its own
+_LARGE = 2**20  # bytes: an allocation this large gets a mapping of its own
 
 
 def _address_space_now() -> int:
@@ -280,15 +282,67 @@ def _address_space_now() -> int:
 
 
 def _one_mapping_per_large_allocation() -> None:
-    """Large blocks are mapped when allocated and unmapped when freed (glibc),
-    rather than kept in a heap that grows with fragmentation: the address
-    space then follows what a call holds at once, and a budget measures that."""
+    """From now on, every block of a MiB or more gets a mapping of its own,
+    made when it is allocated and unmapped when it is freed (glibc): the
+    address space then follows what a call holds at once, and a budget
+    measures that. (Smaller blocks stay in the heap: mapping every block of
+    64 KiB made a chapter 7 call twice as slow, for page faults.)
+
+    A threshold alone is not enough: glibc serves a large block from free
+    space already in the heap before it maps one, and a worker inherits its
+    parent's heap, with however much the parent freed (tens of MiB in a long
+    process). That space is in the address space already, so a call could
+    use it beyond the budget. The top of the heap goes back to the kernel;
+    each free block of a MiB or more left inside is allocated here and never
+    freed, which costs no memory (nothing touches it) and leaves large blocks
+    nowhere to come from but new mappings."""
     with contextlib.suppress(AttributeError, OSError):  # not glibc: its own allocator, its own habits
         _libc.mallopt(_M_MMAP_THRESHOLD, _LARGE)
         _libc.mallopt(_M_TRIM_THRESHOLD, _LARGE)
+        _libc.malloc_trim(0)
+        _libc.malloc.restype = ctypes.c_void_p
+        _libc.free.argtypes = [ctypes.c_void_p]
+        for _ in range(_MAX_HOLES):
+            before = _address_space_now()
+            block = _libc.malloc(_LARGE)
+            if not block or _address_space_now() > before:  # a new mapping: no free block was left
+                _libc.free(block)
+                break
 
 
-# -- Landlock -------------------------------------------------------------------
+_MAX_HOLES = 2**16  # free blocks of a MiB a heap may hold (64 GiB of them): a bound, never reached
+
+
+def _no_heap_grows_unseen() -> None:
+    """Unmap the address space that glibc reserved for its other heaps to
+    grow into. A thread's heap (the parent's threads leave theirs in every
+    fork) is 64 MiB of address space, reserved at once and counted from
+    then on, made writable as it grows: an allocation that fails in this
+    thread's heap for want of budget is tried again in another, and would
+    grow there unseen. Without the reserve, growing fails as a new mapping
+    over the budget does. (What such a heap made writable already stays
+    usable, and was counted: kilobytes, for the grader's threads.)"""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            spans = [_span(line) for line in maps]
+    except OSError:
+        return
+    for (start, end, access, anonymous), (reserve, reserve_end, reserve_access, reserve_anonymous) in (
+            itertools.pairwise(spans)):
+        if (anonymous and reserve_anonymous and access == "rw-p" and reserve_access == "---p"
+                and start % _HEAP_SPAN == 0 and reserve == end and reserve_end == start + _HEAP_SPAN):
+            _libc.munmap(ctypes.c_void_p(reserve), ctypes.c_size_t(reserve_end - reserve))
+
+
+_HEAP_SPAN = 64 * 2**20  # a glibc thread heap's reserve, aligned to its size (64-bit systems)
+
+
+def _span(line: str) -> tuple[int, int, str, bool]:
+    """``(start, end, access, anonymous)`` of a line of /proc/self/maps."""
+    fields = line.split()
+    start, end = (int(bound, 16) for bound in fields[0].split("-"))
+    return start, end, fields[1], len(fields) == 5
+
 
 _libc = ctypes.CDLL(None, use_errno=True)
 # Looked up once here: a worker forked later finds them ready.

@@ -10,6 +10,8 @@ the lesson's numbers are the reference's."""
 
 import importlib.util
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ from grader.checks import case_ids
 from grader.checks.test_ch07_memory_efficient_attention import QUERY_BLOCKS_HINT, WHOLE_MATRIX_HINT, WHOLE_ROW_HINT
 from grader.compare import CheckFailure
 from grader.footprint import Footprint, Largest, Measure, PartlyMeasured, Reduction, parse
+from grader.isolation import BUDGET_COUNTED
 from grader.known_bugs import apply_bug
 
 CH07 = find_chapter("ch07")
@@ -240,16 +243,17 @@ def tiled_attention(q, k, v, block_size, causal=False):
 '''
 
 
-# Blocks of queries, each scored against every key at once with a whole-row softmax: the
-# right numbers in (block, S) pieces, but no online softmax. No one-line edit of the
-# reference writes it, so it is graded here rather than listed as a known bug.
+# Blocks of 16 queries, each scored against every key at once with a whole-row softmax:
+# the right numbers in (16, S) pieces, of a MiB at the memory check's size (twice tiled
+# attention's (L, block) ones), but no online softmax. No one-line edit of the reference
+# writes it, so it is graded here rather than listed as a known bug.
 QUERY_BLOCKS = '''
 def tiled_attention(q, k, v, block_size, causal=False):
     L, S = q.shape[-2], k.shape[-2]
     scale = 1 / math.sqrt(q.shape[-1])
     outputs, lses = [], []
-    for start in range(0, L, block_size):
-        q_blk = q[..., start:start + block_size, :]  # (..., block, d)
+    for start in range(0, L, 16):
+        q_blk = q[..., start:start + 16, :]  # (..., 16, d)
         scores = q_blk @ k.transpose(-2, -1) * scale  # (..., block, S): every key at once
         if causal:
             rows = torch.arange(start, start + q_blk.shape[-2], device=q.device)[:, None] + S - L
@@ -271,7 +275,7 @@ def test_blocks_of_queries_over_whole_rows_pass_with_a_note(grade_source):
     assert report.passed
     notes = _noted(report, "tiled_attention")
     assert len(notes) == 2 and all(QUERY_BLOCKS_HINT in text for text in notes)
-    assert ("ran a max (amax) over 512 numbers at once (of a (1, 64, 512) tensor); tiled attention reads the "
+    assert ("ran a max (amax) over 512 numbers at once (of a (1, 16, 512) tensor); tiled attention reads the "
             "keys 64 at a time") in notes[0]
     assert QUERY_BLOCKS_HINT in result_of(report, "tiled_attention").note
 
@@ -300,6 +304,57 @@ def test_a_whole_causal_mask_fails_the_causal_memory_check_only(grade_source):
     assert "its largest tensor was (1024, 16384), made" in failed[f"{MEMORY_CHECK} [causal]"]
     assert any("made a (512, 512) tensor" in text and "as large as the whole (L, S) scores" in text
                for text in _noted(report, "tiled_attention"))
+
+
+# A fresh interpreter (the test process's heaps are whatever earlier tests left) leaves
+# its heaps as a long-lived parent would, sets a budget of 24 MiB, then asks for 26.
+BEYOND_THE_BUDGET = """
+import ctypes, resource, sys, threading, types
+from grader import isolation
+
+left, as_a_worker = sys.argv[1], sys.argv[2] == "worker"
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+if left == "a free block":
+    libc.mallopt(isolation._M_MMAP_THRESHOLD, 2**25)  # glibc's most: the next block is in the heap
+    hole = libc.malloc(30 * 2**20)
+    libc.malloc(2**20)  # a block above it: freeing the hole cannot shrink the heap
+    libc.free(hole)
+else:  # a heap of the thread's own, reserved and left behind when it ends
+    thread = threading.Thread(target=lambda: libc.free(libc.malloc(64)))
+    thread.start()
+    thread.join()
+if as_a_worker:
+    isolation._set_limits(types.SimpleNamespace(memory_bytes=0, check_seconds=10, exercise_seconds=10),
+                          0, 0, 24 * 2**20)
+else:
+    libc.mallopt(isolation._M_MMAP_THRESHOLD, isolation._LARGE)
+    space = isolation._address_space_now() + 24 * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (space, space))
+block = libc.malloc(26 * 2**20)  # as torch allocates a tensor's storage
+if block:
+    ctypes.memset(block, 1, 26 * 2**20)
+sys.exit(0 if block else 1)
+"""
+
+
+def _allocates_beyond_the_budget(left: str, as_a_worker: bool) -> bool:
+    """Whether 26 MiB can be had under a budget of 24 after ``left`` ("a free
+    block" of 30 MiB in the heap, or "a thread's heap", which glibc grows
+    into when this thread's heap cannot serve), with the budget set as a
+    worker's is (``isolation._set_limits``) or with the threshold alone."""
+    done = subprocess.run([sys.executable, "-c", BEYOND_THE_BUDGET, left, "worker" if as_a_worker else "threshold"],
+                          cwd=COURSE_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(not BUDGET_COUNTED, reason="no address space counted by the kernel")
+@pytest.mark.parametrize("left", ["a free block", "a thread's heap"])
+def test_memory_a_worker_inherits_in_its_heaps_is_not_beyond_its_budget(left):
+    assert _allocates_beyond_the_budget(left, as_a_worker=False)  # glibc would serve the tensor there
+    assert not _allocates_beyond_the_budget(left, as_a_worker=True)
 
 
 def test_the_largest_tensor_leaves_views_out_and_says_where_it_was_made():
