@@ -194,19 +194,22 @@ def _forge():
         pass
 
 _forge()
-if _os.fork() == 0:  # a process that outlives its worker and keeps writing
-    try:
-        _os.setsid()
-        for _ in range(200):
-            _forge()
-            _time.sleep(0.05)
-    finally:
-        _os._exit(0)
+try:
+    if _os.fork() == 0:  # a process that outlives its worker and keeps writing
+        try:
+            _os.setsid()
+            for _ in range(200):
+                _forge()
+                _time.sleep(0.05)
+        finally:
+            _os._exit(0)
+except OSError:
+    pass
 '''
     results, _ = autograder({CH01.file_name: forger})
-    # Its statements ran (under the sandbox); its exercises are refused for the os import.
-    assert results["score"] == 0
-    assert all("uses os" in test["output"] for test in results["tests"] if test["name"].startswith("ch01"))
+    # Its statements ran, in the sandbox: its honest exercises keep their points,
+    # and what it wrote (or its child would have) is not the results.
+    assert results["score"] == CH01.points
     assert "forged" not in results_path.read_text()
     time.sleep(0.5)  # a process left behind would have written by now
     assert results_of(autograder.root) == results
@@ -392,7 +395,8 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
 
 
 @pytest.mark.parametrize("name", [
-    "alias-hides-internals", "guard-methods-replaced", "mha-forward-with-torch-functions-off",
+    "alias-hides-internals", "refusals-replaced-at-import", "mha-forward-with-torch-functions-off",
+    "tensor-subclass-unwraps", "scores-in-a-subclass", "runs-a-program",
     "portability-tracker-silenced", "numpy-exercise-uses-torch", "execs-the-reference",
     "appends-to-the-grader", "fork-flood", "stops-the-fork-server", "writes-200-mib",
 ])

@@ -234,8 +234,9 @@ def test_a_refused_call_names_the_exercise_cell_among_code_cells(solved, tmp_pat
     line = cell.source.splitlines().index("    return torch.softmax(x, dim)") + 1
     result = result_of(grade_notebook(notebook, tmp_path), "softmax")
     assert result.status == "failed"
-    assert (f"softmax calls torch.softmax, which this exercise asks you to write yourself "
-            f"(code cell {code_cell_number(notebook, index)} (softmax), line {line})") in result.reason
+    assert (f"calls torch.softmax (its kernel aten::_softmax) at code cell {code_cell_number(notebook, index)} "
+            f"(softmax), line {line} (return torch.softmax(x, dim)), which this exercise asks you to write "
+            "yourself") in result.reason
 
 
 def test_a_check_call_left_in_a_graded_cell_does_not_grade_again(solved, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -97,6 +98,13 @@ def outcomes(forbidden: tuple[str, ...], routes: dict[str, str]) -> dict[str, st
     if pid == 0:
         try:
             os.close(read)
+            signal.alarm(60)  # a child that hangs ends, and the parent reads what it had
+            # Forked from the test process, which earlier tests may have had run
+            # OpenMP's threads: without them, a parallel op waits forever (as
+            # every forked grading process knows, see batch.py).
+            import torch
+
+            torch.set_num_threads(1)
             from grader import refusals
 
             refusals.install(forbidden)
@@ -116,7 +124,8 @@ def outcomes(forbidden: tuple[str, ...], routes: dict[str, str]) -> dict[str, st
     os.close(write)
     with os.fdopen(read, "rb") as stream:
         data = stream.read()
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
+    assert data, f"the child ended without an answer (wait status {status})"
     return json.loads(data)
 
 

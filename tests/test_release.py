@@ -371,8 +371,8 @@ def test_watch_in_the_edition_regrades_a_save_with_recorded_answers(edition, tmp
 
 
 @pytest.mark.parametrize("name", [
-    "alias-hides-internals", "guard-methods-replaced", "numpy-exercise-uses-torch", "execs-the-reference",
-    "forks-a-process", "stops-the-fork-server", "writes-200-mib",
+    "alias-hides-internals", "refusals-replaced-at-import", "numpy-exercise-uses-torch", "execs-the-reference",
+    "scores-in-a-subclass", "forks-a-process", "stops-the-fork-server", "writes-200-mib",
 ])
 def test_every_attack_scores_nothing_in_the_edition(edition, tmp_path, name):
     from test_attacks import BY_NAME, grader_untouched, json_keeps_the_others_points
