@@ -85,6 +85,27 @@ NAIVE_TILED = '''
     return (p @ v) / l.clamp(min=1e-30), (m + torch.log(l)).squeeze(-1)
 '''
 
+def unwrapping_subclass(name: str) -> str:
+    """Source of a tensor subclass ``name`` that holds a plain tensor and runs
+    every op on the plain tensors, with every dispatch mode popped (where a
+    mode-based guard or measure would be), wrapping the results again."""
+    return '''
+class NAME(torch.Tensor):
+    @staticmethod
+    def __new__(cls, inner):
+        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+        made.inner = inner
+        return made
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._python_dispatch import _disable_current_modes
+        plain = lambda value: value.inner if isinstance(value, NAME) else value
+        with _disable_current_modes():
+            out = func(*map(plain, args), **{key: plain(v) for key, v in (kwargs or {}).items()})
+        return NAME(out) if isinstance(out, torch.Tensor) else out
+'''.replace("NAME", name)
+
+
 ATTACKS = [
     Attack("alias-hides-internals", "ch01", "softmax", '''
 def softmax(x, dim=-1):
@@ -128,19 +149,7 @@ def softmax(x, dim=-1):
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(torch.softmax, x, dim).result()
 ''', "refusal"),
-    Attack("tensor-subclass-unwraps", "ch01", "softmax", '''
-class Unwrapping(torch.Tensor):
-    @staticmethod
-    def __new__(cls, inner):
-        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
-        made.inner = inner
-        return made
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from torch.utils._python_dispatch import _disable_current_modes
-        plain = lambda value: value.inner if isinstance(value, Unwrapping) else value
-        with _disable_current_modes():
-            return func(*map(plain, args), **{key: plain(v) for key, v in (kwargs or {}).items()})
+    Attack("tensor-subclass-unwraps", "ch01", "softmax", unwrapping_subclass("Unwrapping") + '''
 def softmax(x, dim=-1):
     return Unwrapping(x).softmax(dim).inner
 ''', "refusal"),
@@ -208,20 +217,7 @@ def tiled_attention(q, k, v, block_size, causal=False):
             found.__class__.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(
                 *args, **(kwargs or {}))
 ''' + NAIVE_TILED, "kernel"),
-    Attack("scores-in-a-subclass", "ch07", "tiled_attention", '''
-class Hidden(torch.Tensor):
-    @staticmethod
-    def __new__(cls, inner):
-        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
-        made.inner = inner
-        return made
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from torch.utils._python_dispatch import _disable_current_modes
-        plain = lambda value: value.inner if isinstance(value, Hidden) else value
-        with _disable_current_modes():
-            out = func(*map(plain, args), **{key: plain(v) for key, v in (kwargs or {}).items()})
-        return Hidden(out) if isinstance(out, torch.Tensor) else out
+    Attack("scores-in-a-subclass", "ch07", "tiled_attention", unwrapping_subclass("Hidden") + '''
 def tiled_attention(q, k, v, block_size, causal=False):
     out, lse = _naive(Hidden(q), Hidden(k), Hidden(v), causal)
     return out.inner, lse.inner

@@ -16,6 +16,7 @@ import pytest
 
 from grader.catalog import ATTENTION_CALLS, MULTI_HEAD_CALLS, SOFTMAX_CALLS
 from grader.refusals import REFUSED
+from test_attacks import unwrapping_subclass
 
 # Each route computes a softmax of x (rows of 4) some way, returning a tensor.
 SOFTMAX_ROUTES = {
@@ -69,20 +70,7 @@ def run_in_thread(compute):
         raise found["error"]
     return found["value"]
 
-class Unwrapping(torch.Tensor):
-    """A wrapper subclass that runs every op on the plain tensor it holds,
-    with every mode popped."""
-    @staticmethod
-    def __new__(cls, inner):
-        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
-        made.inner = inner
-        return made
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        unwrap = lambda value: value.inner if isinstance(value, Unwrapping) else value
-        with torch.utils._python_dispatch._disable_current_modes():
-            return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
-
+''' + unwrapping_subclass("Unwrapping") + '''
 try:
     x = torch.randn(3, 4)
 except RuntimeError:  # an exercise without torch: no tensor can be made
