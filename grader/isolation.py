@@ -300,8 +300,6 @@ def _one_mapping_per_large_allocation() -> None:
         _libc.mallopt(_M_MMAP_THRESHOLD, _LARGE)
         _libc.mallopt(_M_TRIM_THRESHOLD, _LARGE)
         _libc.malloc_trim(0)
-        _libc.malloc.restype = ctypes.c_void_p
-        _libc.free.argtypes = [ctypes.c_void_p]
         for _ in range(_MAX_HOLES):
             before = _address_space_now()
             block = _libc.malloc(_LARGE)
@@ -344,7 +342,11 @@ def _span(line: str) -> tuple[int, int, str, bool]:
     return start, end, fields[1], len(fields) == 5
 
 
+# -- Landlock -------------------------------------------------------------------
+
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.malloc.restype = ctypes.c_void_p  # an address, not the C int ctypes assumes
+_libc.free.argtypes = [ctypes.c_void_p]
 # Looked up once here: a worker forked later finds them ready.
 _syscall, _prctl_call = _libc.syscall, _libc.prctl
 _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: the same on every architecture
