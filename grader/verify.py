@@ -2,7 +2,7 @@
 
 For every exercise: the reference passes every check, the untouched stub
 fails every check, and every known bug of the catalog fails at least one
-check. And the generated files (stubs, notebooks, figures) are what the build
+check, one of which gives the bug's hint. And the generated files (stubs, notebooks, figures) are what the build
 writes. Each catalog bug is graded on its own, against its exercise's checks
 only, in processes forked from this one (torch is already imported there).
 """
@@ -36,6 +36,8 @@ class ExerciseAudit:
     reference_failures: list[str] = field(default_factory=list)  # checks the reference fails
     stub_passes: list[str] = field(default_factory=list)  # checks the stub passes
     catches: dict[str, set[str]] = field(default_factory=dict)  # bug name -> checks it fails
+    hints: dict[str, set[str]] = field(default_factory=dict)  # bug name -> hints its failed checks gave
+    unnamed: list[str] = field(default_factory=list)  # bugs caught, but no hint gave their own
 
     @property
     def missed_bugs(self) -> list[str]:
@@ -46,6 +48,7 @@ class ExerciseAudit:
         found = [f"the reference fails: {name}" for name in self.reference_failures]
         found += [f"the stub passes: {name}" for name in self.stub_passes]
         found += [f"no check catches the known bug {name}" for name in self.missed_bugs]
+        found += [f"no check's hint names the known bug {name}" for name in self.unnamed]
         if len(self.catches) < MIN_BUGS:
             found.append(f"only {len(self.catches)} known bug(s) in the catalog; "
                          f"at least {MIN_BUGS} are expected")
@@ -94,17 +97,21 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
     tasks = [(chapter.id, index) for chapter in CHAPTERS for index in range(len(KNOWN_BUGS[chapter.id]))]
     preload(CHAPTERS)  # once here, not once for each known bug
     with forked_pool(jobs) as pool:
-        for done, (chapter_id, index, failed) in enumerate(
+        for done, (chapter_id, index, failed, hints) in enumerate(
                 pool.map(_grade_bug, tasks, [seed] * len(tasks)), start=1):
             bug = KNOWN_BUGS[chapter_id][index]
-            audits[chapter_id, bug.exercise].catches[bug.name] = failed
+            audit = audits[chapter_id, bug.exercise]
+            audit.catches[bug.name], audit.hints[bug.name] = failed, hints
+            if failed and bug.hint not in hints:
+                audit.unnamed.append(bug.name)
             if progress:
                 progress(done, len(tasks))
     return Verification(list(audits.values()), stale_files(files), edited_files(files))
 
 
-def _grade_bug(task: tuple[str, int], seed: int) -> tuple[str, int, set[str]]:
-    """Grade the reference with one known bug: the checks of its exercise it fails."""
+def _grade_bug(task: tuple[str, int], seed: int) -> tuple[str, int, set[str], set[str]]:
+    """Grade the reference with one known bug: the checks of its exercise it
+    fails, and the hints those checks gave."""
     chapter_id, index = task
     chapter = find_chapter(chapter_id)
     bug = KNOWN_BUGS[chapter_id][index]
@@ -114,4 +121,5 @@ def _grade_bug(task: tuple[str, int], seed: int) -> tuple[str, int, set[str]]:
         path.write_text(apply_bug(source, bug), encoding="utf-8")
         report = grade([(chapter, path)], seed=seed, only={bug.exercise})
     (result,) = report.exercises
-    return chapter_id, index, {check.check for check in result.failed_checks}
+    failed = result.failed_checks
+    return chapter_id, index, {check.check for check in failed}, {check.hint for check in failed if check.hint}

@@ -122,11 +122,16 @@ class NoScan:
 # A "bug" that changes nothing: no check can catch it, so verify must say so.
 HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
                     "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
+# A bug caught, but answering as the catalog's sum-of-everything does, which comes first and
+# so gives its hint: no check gives this one's own, so verify must say so.
+ALIKE = KnownBug("softmax", "sum-of-everything-again", "never given: an earlier bug answers alike",
+                 "exps.sum(dim=dim, keepdim=True)", "exps.sum()")
+ADDED_BUGS = (HARMLESS, ALIKE)  # what the suite's verify run adds to chapter 1's catalog
 VERIFY_SEED = 7
 
 
 def _verify_in_a_copy(folder: Path):
-    """verify with the harmless bug added, its build checked in a copy of
+    """verify with ``ADDED_BUGS`` in the catalog, its build checked in a copy of
     the tree (in ``folder``) whose exercises/ holds a finished chapter 1."""
     from grader.known_bugs import KNOWN_BUGS
     from grader.verify import verify
@@ -136,7 +141,7 @@ def _verify_in_a_copy(folder: Path):
     work = folder / "exercises" / "ch01_self_attention.py"
     work.write_bytes((COURSE_ROOT / "solutions" / work.name).read_bytes())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], HARMLESS))
+        patch.setitem(KNOWN_BUGS, "ch01", (*KNOWN_BUGS["ch01"], *ADDED_BUGS))
         found = verify(seed=VERIFY_SEED, jobs=2, root=folder)
     found.work = work
     return found
@@ -144,8 +149,8 @@ def _verify_in_a_copy(folder: Path):
 
 @pytest.fixture(scope="session")
 def verification(request, tmp_path_factory):
-    """One verify run over the whole course (seed ``VERIFY_SEED``), with the
-    harmless bug added, its build checked in a copy of the tree whose
+    """One verify run over the whole course (seed ``VERIFY_SEED``), with
+    ``ADDED_BUGS`` in chapter 1's catalog, its build checked in a copy of the tree whose
     exercises/ holds a student's finished chapter 1 (``verification.work``):
     the course's own exercises/ stays as it is for the tests running beside
     this one. Shared: test_verify reads it, and test_release compares the

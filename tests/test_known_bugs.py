@@ -1,33 +1,48 @@
-"""Every known bug is caught by the checks, and the feedback names it."""
+"""Every known bug is caught by the checks, and the feedback names it; an
+exercise's mistakes cost only the exercises built on it."""
 
 import pytest
 import torch
 
-from conftest import FAST, SOLUTION, TRAINING, affected_by, result_of, solution_source, statuses
+from conftest import (SOLUTION, affected_by, limits_for, replace_function, result_of, solution_source,
+                      statuses, stub_source)
 from grader.catalog import CHAPTERS
-from grader.known_bugs import KNOWN_BUGS, Lookalikes, apply_bug
+from grader.known_bugs import KNOWN_BUGS, Lookalikes, apply_bug, function_span
 
 ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
+EXERCISES = [(chapter, exercise) for chapter in CHAPTERS for exercise in chapter.exercises]
 
 
 @pytest.mark.parametrize("chapter, bug", ALL_BUGS,
                          ids=[f"{chapter.id}/{bug.exercise}/{bug.name}" for chapter, bug in ALL_BUGS])
-def test_known_bug_fails_its_exercise_and_is_named(grade_source, chapter, bug):
-    # The exercises built on the buggy one may fail or not: nothing is asserted of
-    # them, so they are not graded (chapter 8's training among them, a second a bug).
-    affected = affected_by(chapter, bug.exercise)
-    unaffected = {exercise.name for exercise in chapter.exercises} - affected
-    graded = unaffected | {bug.exercise}
+def test_known_bug_fails_its_exercise_and_is_named(verification, chapter, bug):
+    """From the suite's one ``verify`` run, which graded the reference with
+    each known bug in against the checks of the bug's exercise."""
+    (audit,) = [audit for audit in verification.exercises
+                if (audit.chapter.id, audit.exercise.name) == (chapter.id, bug.exercise)]
+    assert audit.catches[bug.name], f"no check catches {bug.name}"
+    assert bug.hint in audit.hints[bug.name]
+
+
+@pytest.mark.parametrize("chapter, exercise", EXERCISES,
+                         ids=[f"{chapter.id}/{exercise.name}" for chapter, exercise in EXERCISES])
+def test_an_exercise_left_as_its_stub_costs_only_the_exercises_built_on_it(grade_source, chapter, exercise):
+    """The reference with one exercise put back as its stub, whose every call
+    raises: the exercises that do not build on it keep their points. So no
+    check of theirs calls it, and a known bug in it (caught above) costs
+    them nothing."""
+    stub = stub_source(chapter)
+    start, end = function_span(stub, exercise.name)
+    source = replace_function(solution_source(chapter), exercise.name, stub[start:end])
+    assert source != solution_source(chapter)
     # Chapter 8's training takes about a second: the default limits, not FAST's, beside other tests.
-    report = grade_source(apply_bug(solution_source(chapter), bug), chapter=chapter.id, only=graded,
-                          limits=TRAINING if "train" in graded else FAST)
-    result = result_of(report, bug.exercise)
-    assert result.status == "failed"
-    assert bug.hint in [check.hint for check in result.failed_checks]
-    assert set(statuses(report)) == graded
+    report = grade_source(source, chapter=chapter.id, limits=limits_for([chapter]))
+    affected = affected_by(chapter, exercise.name)
+    assert statuses(report)[exercise.name] != "passed"
+    assert set(statuses(report)) == {other.name for other in chapter.exercises}
     for name, status in statuses(report).items():
         if name not in affected:
-            assert status == "passed", f"{name} should not be affected by {bug.name}"
+            assert status == "passed", f"{name} should not be affected by {exercise.name} left as its stub"
 
 
 def test_the_bugs_the_course_promises_to_catch_are_in_the_catalog():

@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from conftest import HARMLESS
+from conftest import ADDED_BUGS, ALIKE
 from grader.catalog import CHAPTERS, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 from grader.report import print_verification
@@ -31,14 +31,18 @@ def test_the_reference_passes_and_the_stub_fails_every_check(verification):
         assert audit.stub_passes == [], audit.exercise.name
 
 
-def test_every_catalog_bug_is_caught_and_the_harmless_one_is_the_only_gap(verification):
+def test_every_catalog_bug_is_caught_and_named_and_the_added_ones_are_the_only_gaps(verification):
     gaps = [(audit.exercise.name, gap) for audit in verification.exercises for gap in audit.gaps]
-    assert gaps == [("softmax", "no check catches the known bug harmless-comment")]
+    assert gaps == [("softmax", "no check catches the known bug harmless-comment"),
+                    ("softmax", "no check's hint names the known bug sum-of-everything-again")]
     assert not verification.passed
+    softmax = verification.exercises[0]
+    assert softmax.catches[ALIKE.name] == softmax.catches["sum-of-everything"]
+    assert softmax.hints[ALIKE.name] == softmax.hints["sum-of-everything"] != set()
     for audit in verification.exercises:
         expected = [bug.name for bug in KNOWN_BUGS[audit.chapter.id] if bug.exercise == audit.exercise.name]
         if audit.exercise.name == "softmax":
-            expected.append(HARMLESS.name)
+            expected += [bug.name for bug in ADDED_BUGS]
         assert list(audit.catches) == expected
         for bug, checks in audit.catches.items():
             assert checks <= set(audit.checks), f"{bug} is caught by checks that did not run"
@@ -60,8 +64,9 @@ def test_the_table_shows_each_exercise_and_the_gap(verification):
     softmax = verification.exercises[0]
     most = max(len(checks) for checks in softmax.catches.values())
     softmax_row = next(line for line in lines if line.split()[:1] == ["softmax"])
-    assert softmax_row.split()[1:] == [str(len(softmax.checks)), "✓", "✓", "4/5", f"0–{most}"]
+    assert softmax_row.split()[1:] == [str(len(softmax.checks)), "✓", "✓", "5/6", f"0–{most}"]
     assert "✗ ch01 softmax: no check catches the known bug harmless-comment" in lines
+    assert "✗ ch01 softmax: no check's hint names the known bug sum-of-everything-again" in lines
     assert lines[-1].startswith(f"gaps found: {sum(len(chapter.exercises) for chapter in CHAPTERS)} exercises")
     # The matrix: a numbered legend of the bugs, a row per check, a count per bug.
     assert "   5  harmless-comment" in lines
