@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from grader.bugs import KnownBug
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
 from grader.grading import GradeReport, grade, preload
 from grader.known_bugs import function_span
 from grader.sandbox import Limits
+
+# Under pytest-xdist the suite runs one process a core already: torch's threads in each,
+# and in the kernels, graders and editions they start, would only fight over the cores
+# (a notebook's run took three times as long beside another test process).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 # What a batch imports once before it forks (torch._dynamo, which training
 # imports): once in each test process, not once in every grade that trains.
