@@ -85,6 +85,7 @@ NAIVE_TILED = '''
     return (p @ v) / l.clamp(min=1e-30), (m + torch.log(l)).squeeze(-1)
 '''
 
+
 def unwrapping_subclass(name: str) -> str:
     """Source of a tensor subclass ``name`` that holds a plain tensor and runs
     every op on the plain tensors, with every dispatch mode popped (where a
