@@ -177,18 +177,19 @@ def grade(
     where = _device(device)
 
     from grader.sandbox import Limits, clean_parent, layers
+    from grader.shards import default_processes
 
     # Before the grading modules: the workers' fork servers come from a
     # process that never read a check, the reference or a known bug.
-    with clean_parent():
+    processes = min(default_processes(), len(chosen))
+    with clean_parent(processes):
         from grader.grading import GraderError, UnrecordedSeed
         from grader.grading import grade as run_grade
-        from grader.shards import default_processes
 
         limits = Limits.per_check(timeout)
         try:
             report = run_grade([(chapter, path) for chapter, path, _ in chosen], where, limits, seed,
-                               jobs=default_processes())
+                               jobs=processes)
             report.sources = sources
         except UnrecordedSeed as error:  # the student edition grades with its recorded seeds only
             usage_error(str(error))

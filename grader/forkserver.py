@@ -54,6 +54,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -359,15 +360,20 @@ def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
     its pid and the grader's end of its socket."""
     def serve(copy_end: socket.socket) -> None:
         sock.close()
-        for name in preload:
-            # One that will not import fails the same way in the worker
-            # that needs it, against that submission only.
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
+        _import_all(preload)
         _serve(copy_end, submissions, run_worker)
 
     pid, grader_end = _fork_serving(serve)
     return pid, grader_end.detach()
+
+
+def _import_all(names: Sequence[str]) -> None:
+    """Import each of ``names``, here and now (a server's, or the clean
+    parent's, preload). One that will not import fails the same way in the
+    worker that needs it, against that submission only."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def _fork_serving(serve: Callable[[socket.socket], None]) -> tuple[int, socket.socket]:
@@ -523,7 +529,7 @@ _LINK: _Link | None = None
 
 
 @contextlib.contextmanager
-def clean_parent() -> Iterator[None]:
+def clean_parent(preload: Sequence[str] = ()) -> Iterator[None]:
     """Fork, now, the process that forks every fork server asked for in
     this block (by this process, or by one it forks through ``handoff``);
     stop it, and everything it forked, at the block's end.
@@ -532,13 +538,18 @@ def clean_parent() -> Iterator[None]:
     imported, after what workers need is imported (torch, ``grader.worker``):
     every worker inherits the memory of this moment and nothing later.
     Inside a block where this process already has one, it does nothing.
+
+    The clean parent imports ``preload`` as it starts, on a core of its
+    own while this process goes on; the servers it forks wait for them and
+    start with them, instead of each importing them again
+    (``ForkServer.preloaded_copy``).
     """
     global _LINK
     if _LINK is not None and _LINK.owner == os.getpid():
         yield
         return
     before = _LINK
-    pid, grader_end = _fork_serving(_be_the_clean_parent)
+    pid, grader_end = _fork_serving(lambda root: _be_the_clean_parent(root, preload))
     grader_end.settimeout(ANSWER_SECONDS)
     _LINK = link = _Link(grader_end)
     try:
@@ -647,8 +658,15 @@ class _CleanParent:
     closes them, or when the connection that asked for them ends or is
     stopped; ends with the grader's own connection (id 0)."""
 
-    def __init__(self, root: socket.socket):
-        self.origin = {"modules": sorted(sys.modules), "address_space": address_space()}
+    def __init__(self, root: socket.socket, preload: Sequence[str]):
+        # The imports run beside the loop, so that the grader's first
+        # requests (a connection for each process it forks) are answered at
+        # once; nothing is forked before they are done (``ready``).
+        self.preloading: threading.Thread | None = None
+        if preload:
+            self.preloading = threading.Thread(target=_import_all, args=(preload,), daemon=True)
+            self.preloading.start()
+        self.origin: dict | None = None
         self.connections = {0: _Connection(root, None)}
         self.by_fd = {root.fileno(): 0}
         self.next_id = 1  # never reused: a stale id names nothing
@@ -686,7 +704,7 @@ class _CleanParent:
         """Do what one request asks, and answer it."""
         sock, op = self.connections[asker].socket, request.get("op")
         if op == "origin":
-            _send(sock, self.origin)
+            _send(sock, self.ready())
         elif op == "connect":
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             new, self.next_id = self.next_id, self.next_id + 1
@@ -696,6 +714,7 @@ class _CleanParent:
             _send(sock, {"id": new}, [theirs.fileno()])
             theirs.close()
         elif op == "server":
+            self.ready()
             pid, fd = self.fork_bare_server()
             self.servers[pid] = asker
             _send(sock, {"pid": pid}, [fd])
@@ -714,6 +733,17 @@ class _CleanParent:
             _send(sock, {"stopped": sorted(family)})
         else:
             _send(sock, {"error": f"no such request: {op!r}"})
+
+    def ready(self) -> dict:
+        """Wait for the preload's imports, once: a process forked while
+        another thread imports would inherit the module locks it holds.
+        Returns what every server starts with (``Origin``)."""
+        if self.origin is None:
+            if self.preloading is not None:
+                self.preloading.join()
+                gc.freeze()  # what was imported too, as in ``_be_the_clean_parent``
+            self.origin = {"modules": sorted(sys.modules), "address_space": address_space()}
+        return self.origin
 
     def family(self, first: int | None) -> set[int]:
         """The connection ``first`` and every one asked for through it, in turn."""
@@ -758,11 +788,11 @@ class _CleanParent:
         return pid, grader_end.detach()
 
 
-def _be_the_clean_parent(root: socket.socket) -> None:
+def _be_the_clean_parent(root: socket.socket, preload: Sequence[str]) -> None:
     _keep_apart(root)
     reaping.adopt_orphans()
     gc.freeze()  # as a server does: what it forks then copies less
-    _CleanParent(root).serve()
+    _CleanParent(root, preload).serve()
 
 
 def _children() -> set[int] | None:

@@ -348,13 +348,14 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
 
         from grader.isolation import missing
         from grader.sandbox import Limits, clean_parent, layers
+        from grader.shards import default_processes
 
+        processes = min(default_processes(), len(found.chosen))
         work = Path(tempfile.mkdtemp(prefix="mha-course-"))
         try:
-            with clean_parent():
+            with clean_parent(processes):
                 import grader.report  # noqa: F401 - used by _results, after the workers
                 from grader.grading import grade
-                from grader.shards import default_processes
 
                 # The files under their exercise names, side by side in a folder
                 # of their own: a chapter may import an earlier chapter's file.
@@ -372,7 +373,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
                     log(line)
                 log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
                 limits = Limits.per_check(timeout)
-                report = grade(targets, torch.device("cpu"), limits, seed, jobs=default_processes())
+                report = grade(targets, torch.device("cpu"), limits, seed, jobs=processes)
                 report.sources = found.sources()  # named as the student knows them, not as copied
         finally:
             stopped = reaping.stop_descendants()

@@ -310,7 +310,8 @@ def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run:
     portability check's meta runs need (``META_RUN_PRELOAD``: the plugin runs
     that check last); or None where there is nothing to import: the server
     has it already (a batch, ``verify`` and ``watch`` import it before they
-    fork the clean parent or the server: ``sandbox.preload``)."""
+    fork the clean parent or the server: ``sandbox.preload``; a grade in
+    several processes has its clean parent import it: ``sandbox.clean_parent``)."""
     if not isinstance(parsed, Submission):
         return None
     wanted = [exercise for exercise in chapter.exercises if run.only is None or exercise.name in run.only]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import forkserver, isolation, wire, worker
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, META_RUN_PRELOAD, Chapter
 from grader.forkserver import ForkServer, ForkServerError
 from grader.isolation import CONFINEMENT_FAILED, Limits, Policy
 from grader.loading import Submission
@@ -127,12 +127,19 @@ def preload(chapters: Iterable[Chapter]) -> None:
                 importlib.import_module(name)
 
 
-def clean_parent() -> contextlib.AbstractContextManager[None]:
+def clean_parent(processes: int = 1) -> contextlib.AbstractContextManager[None]:
     """A block whose fork servers are forked from a process forked now
     (``forkserver.clean_parent``): a command enters it first, before it
     reads or imports a check, an oracle, a reference, a known bug or a
-    recorded answer. This module has imported what a worker runs by then."""
-    return forkserver.clean_parent()
+    recorded answer. This module has imported what a worker runs by then.
+
+    ``processes``: how many grading processes will ask it for servers.
+    Where several will, it imports what meta runs need (``META_RUN_PRELOAD``)
+    once for all of them, instead of a copy of each one's server importing
+    it again (``grading._preloaded_copy``); one process alone is quicker
+    with its copy, which imports beside its checks rather than before them.
+    """
+    return forkserver.clean_parent(META_RUN_PRELOAD if processes > 1 else ())
 
 
 def fork_server(submissions: dict[str, Submission]) -> ForkServer:

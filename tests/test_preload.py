@@ -1,5 +1,6 @@
 """An exercise's costly imports (``Exercise.preload``) are made by a copy of
-the fork server while other checks run, so its workers start with them."""
+the fork server while other checks run, so its workers start with them; a
+clean parent imports what it is given once, for every server it forks."""
 
 import dataclasses
 import os
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from conftest import FAST
+from grader import forkserver
 from grader.catalog import find_chapter
 from grader.loading import load_submission
 from grader.remote import RemoteSubmission
@@ -75,3 +77,22 @@ def test_a_copy_that_died_is_replaced_and_imports_again(remote):
     remote.begin_check("softmax")
     assert remote.call("softmax", (torch.ones(2),), {}).tolist() == [1.0, 0.0]
     assert copy.pid != first
+
+
+def test_a_clean_parent_imports_its_preload_for_every_server_it_forks(tmp_path):
+    chapter = find_chapter("ch01")
+    path = tmp_path / chapter.file_name
+    path.write_text(SEES_WHAT_IS_IMPORTED)
+    submission = load_submission(path, chapter.module)
+    with forkserver.clean_parent((OTHER,)):
+        assert OTHER in forkserver.servers_origin().modules
+        for _ in range(2):  # a second server as the first: the import was made once, before both
+            server = fork_server({chapter.id: submission})
+            remote = RemoteSubmission(chapter, submission, FAST, torch.device("cpu"), server, None)
+            try:
+                remote.begin_check("softmax")
+                assert remote.call("softmax", (torch.ones(2),), {}).tolist() == [0.0, 1.0]
+            finally:
+                remote.close()
+                server.close()
+    assert OTHER not in sys.modules  # the clean parent imported it, not the grader
