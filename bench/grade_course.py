@@ -1,10 +1,15 @@
 """Whole-course grade of the reference solutions against a bare torch import.
 
-Run by hand: ``python bench/grade_course.py [--runs N] [--chapters]``. With
-``--chapters``, each chapter's own grade (``grade chNN --solutions``, a
-student's loop) is timed too. The commands are run alternately, so a
-machine that slows down or speeds up during the benchmark affects them
-alike; the figures are medians of wall time.
+Run by hand: ``python bench/grade_course.py [--runs N] [--chapters]
+[--baseline DIR]``. With ``--chapters``, each chapter's own grade (``grade
+chNN --solutions``, a student's loop) is timed too. With ``--baseline``, the
+whole-course grade of another checkout (``git worktree add DIR REV``) is
+timed beside this one's, and each run's ratio of the two is printed: the way
+to tell whether a change made grading slower. The commands are run
+alternately, each run starting with the next one, so a machine that slows
+down or speeds up during the benchmark affects them alike; the figures are
+medians of wall time, and of CPU time (the command's and all its
+processes'), which a busy machine disturbs less.
 
 Memory is measured in one more, untimed, run: a grade is several processes
 (the grader, its copies grading chapters side by side, fork servers,
@@ -26,10 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = {
-    "python -c 'import torch'": [sys.executable, "-c", "import torch"],
-    "mha-course grade --solutions": [sys.executable, "-m", "grader", "grade", "--solutions", "--seed", "0"],
-}
+REPOSITORY = Path(__file__).resolve().parent.parent
+GRADE = [sys.executable, "-m", "grader", "grade", "--solutions", "--seed", "0"]
+IMPORT = "python -c 'import torch'"
+WHOLE = "mha-course grade --solutions"
+BASELINE = "the baseline's grade --solutions"
 
 
 def machine() -> str:
@@ -40,19 +46,27 @@ def machine() -> str:
             f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
 
 
-def wall_time(command: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+def timed(command: list[str], folder: Path) -> tuple[float, float]:
+    """Wall time and CPU time (user and system, of every process it waited for) of one run."""
+    before, started = os.times(), time.perf_counter()
+    subprocess.run(command, cwd=folder, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall, after = time.perf_counter() - started, os.times()
+    return wall, (after.children_user + after.children_system) - (before.children_user + before.children_system)
 
 
-def print_ratios(times: dict[str, list[float]]) -> None:
-    """Each command's median wall time, and its ratio to the bare torch import's."""
-    base = statistics.median(times["python -c 'import torch'"])
-    for name, values in times.items():
+def print_ratios(walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+    """Each command's median wall and CPU time, and its wall time's ratio to the bare torch import's;
+    with a baseline, the median of the runs' ratios of this grade to the baseline's."""
+    base = statistics.median(walls[IMPORT])
+    for name, values in walls.items():
         median = statistics.median(values)
         print(f"{name:40s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
-              f"  ratio {median / base:4.2f}")
+              f"  ratio {median / base:4.2f}  CPU {statistics.median(cpus[name]):5.2f} s")
+    if BASELINE in walls:
+        for what, times in (("wall", walls), ("CPU", cpus)):
+            ratios = [ours / theirs for ours, theirs in zip(times[WHOLE], times[BASELINE])]
+            print(f"{what} time of this grade over the baseline's, run by run: median {statistics.median(ratios):.3f}"
+                  f" (min {min(ratios):.3f}, max {max(ratios):.3f})")
 
 
 def process_tree(root: int) -> list[int]:
@@ -85,7 +99,7 @@ def pss_bytes(pid: int) -> int:
 
 def peak_tree_pss(command: list[str]) -> tuple[int, int]:
     """Peak summed PSS of the command's process tree, and the most processes seen at once."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak, most = 0, 0
     while process.poll() is None:
         tree = process_tree(process.pid)
@@ -99,24 +113,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--chapters", action="store_true", help="time each chapter's grade too")
+    parser.add_argument("--baseline", type=Path, help="a checkout of another commit, to time its grade beside this one")
     options = parser.parse_args()
-    commands = dict(COMMANDS)
+    commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY), WHOLE: (GRADE, REPOSITORY)}
+    if options.baseline is not None:
+        if not (options.baseline / "grader" / "__main__.py").is_file():
+            parser.error(f"{options.baseline} is not a checkout of the course")
+        commands[BASELINE] = (GRADE, options.baseline.resolve())  # run from there, its grader is the one imported
     if options.chapters:
         from grader.catalog import CHAPTERS
 
         for chapter in CHAPTERS:
-            commands[f"mha-course grade {chapter.id} --solutions"] = [
-                sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0"]
+            commands[f"mha-course grade {chapter.id} --solutions"] = (
+                [sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0"], REPOSITORY)
     print(machine())
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(options.runs):
-        for name, command in commands.items():
-            times[name].append(wall_time(command))
-    print_ratios(times)
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
+    names = list(commands)
+    for run in range(options.runs):
+        for name in names[run % len(names):] + names[:run % len(names)]:
+            wall, cpu = timed(*commands[name])
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    print_ratios(walls, cpus)
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"largest single process (peak RSS): {largest:.0f} MiB")
     if Path("/proc/self/smaps_rollup").exists():
-        peak, most = peak_tree_pss(COMMANDS["mha-course grade --solutions"])
+        peak, most = peak_tree_pss(GRADE)
         print(f"whole grade, all its processes (peak summed PSS): {peak / 2**20:.0f} MiB, "
               f"up to {most} processes at once")
 
