@@ -57,7 +57,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -360,16 +360,16 @@ def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
     its pid and the grader's end of its socket."""
     def serve(copy_end: socket.socket) -> None:
         sock.close()
-        _import_all(preload)
+        import_all(preload)
         _serve(copy_end, submissions, run_worker)
 
     pid, grader_end = _fork_serving(serve)
     return pid, grader_end.detach()
 
 
-def _import_all(names: Sequence[str]) -> None:
-    """Import each of ``names``, here and now (a server's, or the clean
-    parent's, preload). One that will not import fails the same way in the
+def import_all(names: Iterable[str]) -> None:
+    """Import each of ``names``, here and now (a server's, the clean
+    parent's or a command's preload). One that will not import fails the same way in the
     worker that needs it, against that submission only."""
     for name in names:
         with contextlib.suppress(Exception):
@@ -664,7 +664,7 @@ class _CleanParent:
         # once; nothing is forked before they are done (``ready``).
         self.preloading: threading.Thread | None = None
         if preload:
-            self.preloading = threading.Thread(target=_import_all, args=(preload,), daemon=True)
+            self.preloading = threading.Thread(target=import_all, args=(preload,), daemon=True)
             self.preloading.start()
         self.origin: dict | None = None
         self.connections = {0: _Connection(root, None)}

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
 import os
 import re
 import select
@@ -119,12 +118,7 @@ def preload(chapters: Iterable[Chapter]) -> None:
     would wait for the imports: there a copy of the fork server imports them
     beside the chapter's other checks (``grading._preloaded_copy``).
     """
-    for chapter in chapters:
-        for name in chapter.preload:
-            # A module that will not import here fails the same way in the worker that
-            # needs it, against that submission only: the batch goes on.
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
+    forkserver.import_all(name for chapter in chapters for name in chapter.preload)
 
 
 def clean_parent(processes: int = 1) -> contextlib.AbstractContextManager[None]:
