@@ -54,6 +54,22 @@ def timed(command: list[str], folder: Path) -> tuple[float, float]:
     return wall, (after.children_user + after.children_system) - (before.children_user + before.children_system)
 
 
+def time_alternately(commands: dict[str, tuple[list[str], Path]], runs: int,
+                     ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each command's wall and CPU times over ``runs`` runs (``commands``:
+    name -> (argv, folder to run it from)), each run starting with the next
+    command, so that none is always first."""
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
+    names = list(commands)
+    for run in range(runs):
+        for name in names[run % len(names):] + names[:run % len(names)]:
+            wall, cpu = timed(*commands[name])
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    return walls, cpus
+
+
 def print_ratios(walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
     """Each command's median wall and CPU time, and its wall time's ratio to the bare torch import's;
     with a baseline, the median of the runs' ratios of this grade to the baseline's."""
@@ -127,15 +143,7 @@ def main() -> None:
             commands[f"mha-course grade {chapter.id} --solutions"] = (
                 [sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0"], REPOSITORY)
     print(machine())
-    walls: dict[str, list[float]] = {name: [] for name in commands}
-    cpus: dict[str, list[float]] = {name: [] for name in commands}
-    names = list(commands)
-    for run in range(options.runs):
-        for name in names[run % len(names):] + names[:run % len(names)]:
-            wall, cpu = timed(*commands[name])
-            walls[name].append(wall)
-            cpus[name].append(cpu)
-    print_ratios(walls, cpus)
+    print_ratios(*time_alternately(commands, options.runs))
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"largest single process (peak RSS): {largest:.0f} MiB")
     if Path("/proc/self/smaps_rollup").exists():

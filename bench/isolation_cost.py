@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from grade_course import print_ratios, wall_time  # bench/, beside this file
+from grade_course import REPOSITORY, print_ratios, time_alternately  # bench/, beside this file
 from grader import isolation, sandbox, wire
 from grader.loading import load_submission
 
@@ -102,11 +102,8 @@ def main() -> None:
     off = statistics.median(first_answer_seconds(options.workers, False))
     print(f"a worker's first answer: {on * 1e3:.1f} ms with the OS layer, {off * 1e3:.1f} ms without "
           f"(+{(on - off) * 1e3:.1f} ms)")
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(options.runs):
-        for name, command in COMMANDS.items():
-            times[name].append(wall_time(command))
-    print_ratios(times)
+    print_ratios(*time_alternately({name: (command, REPOSITORY) for name, command in COMMANDS.items()},
+                                   options.runs))
 
 
 if __name__ == "__main__":
