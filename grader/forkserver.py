@@ -68,9 +68,10 @@ _LENGTH = struct.Struct("!I")
 _MAX_FDS = 2
 GRACE_SECONDS = 1.0  # for a worker whose pipe closed, or the server, to end by itself
 ANSWER_SECONDS = 10.0  # for the server to answer a request: it forks, or reaps, at once
-# A preloaded copy imports before its first answer: torch._dynamo is two seconds of
-# CPU time, over twenty by the clock with 4 busy processes a core. No student code
-# has run below it yet, so a long wait can only be for the imports.
+# A preloaded copy imports before its first answer, and a clean parent with a preload
+# before it forks a server: torch._dynamo is two seconds of CPU time, over twenty by
+# the clock with 4 busy processes a core. No student code has run below either yet,
+# so a long wait can only be for the imports.
 IMPORT_SECONDS = 120.0
 
 
@@ -484,17 +485,23 @@ class _Link:
         self.owner = os.getpid()
         self.origin = origin  # asked for once, when first needed
         self.handed: dict[int, int] = {}  # child pid -> the id of the connection handed to it
+        self.preloaded = False  # whether the clean parent has answered a request that waits for its preload
 
     def ask(self, message: dict) -> tuple[dict, list[int]]:
-        """One request and its answer, within ``ANSWER_SECONDS``. A clean
-        parent that fails to answer is not asked again: this process then
-        forks no fork server at all (none from itself, which is not clean)."""
+        """One request and its answer, within ``ANSWER_SECONDS``; the first
+        one that waits for the clean parent's preload (a fork server, the
+        origin: ``_CleanParent.ready``) within ``IMPORT_SECONDS`` more. A
+        clean parent that fails to answer is not asked again: this process
+        then forks no fork server at all (none from itself, which is not clean)."""
         if self.socket is None or self.owner != os.getpid():
             raise ForkServerError("the clean parent of the fork servers is gone")
+        waits = message.get("op") in ("server", "origin") and not self.preloaded
+        self.socket.settimeout(ANSWER_SECONDS + IMPORT_SECONDS if waits else ANSWER_SECONDS)
         answer, problem = _exchange(self.socket, message, "the clean parent of the fork servers")
         if answer is None:
             self.close()
             raise ForkServerError(problem)
+        self.preloaded = self.preloaded or waits
         return answer
 
     def fork_server(self) -> tuple[int, socket.socket]:

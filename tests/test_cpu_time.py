@@ -193,6 +193,20 @@ def test_a_preloaded_copy_is_given_time_for_its_imports(tmp_path, monkeypatch):
         server.close()
 
 
+def test_a_clean_parent_is_given_time_for_its_preload(tmp_path, monkeypatch):
+    """It answers a connection at once, but forks a fork server only once
+    its preload is imported, which on a loaded machine takes far longer."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(2)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(forkserver, "ANSWER_SECONDS", 0.5)
+    with forkserver.clean_parent(["slow_to_import"]):
+        server = sandbox.fork_server({CH01.id: load_submission(CH01.solution(), CH01.module)})
+        try:
+            sandbox.Worker(server, CH01.id, FAST).kill()
+        finally:
+            server.close()
+
+
 # -- the line it was on -------------------------------------------------------------------
 # Whichever limit stops the loop: on a machine with more than ten runnable
 # processes a core, the clock's backstop comes before the CPU limit.
