@@ -370,8 +370,8 @@ def _fork_copy(sock: socket.socket, submissions: dict[str, Submission],
 
 def import_all(names: Iterable[str]) -> None:
     """Import each of ``names``, here and now (a server's, the clean
-    parent's or a command's preload). One that will not import fails the same way in the
-    worker that needs it, against that submission only."""
+    parent's or a command's preload). One that will not import fails the
+    same way in the worker that needs it, against that submission only."""
     for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
@@ -557,8 +557,7 @@ def clean_parent(preload: Sequence[str] = ()) -> Iterator[None]:
         return
     before = _LINK
     pid, grader_end = _fork_serving(lambda root: _be_the_clean_parent(root, preload))
-    grader_end.settimeout(ANSWER_SECONDS)
-    _LINK = link = _Link(grader_end)
+    _LINK = link = _Link(grader_end)  # its requests' time limits are _Link.ask's
     try:
         yield
     finally:
@@ -597,7 +596,6 @@ def handoff() -> Handoff | None:
             os.close(fd)
         raise ForkServerError("the clean parent sent no connection")
     connection = socket.socket(fileno=fds[0])
-    connection.settimeout(ANSWER_SECONDS)
     return Handoff(connection, answer["id"], _LINK.origin)
 
 

@@ -3,8 +3,9 @@
 For every exercise: the reference passes every check, the untouched stub
 fails every check, and every known bug of the catalog fails at least one
 check, one of which gives the bug's hint. And the generated files (stubs,
-notebooks, figures) are what the build writes. Each catalog bug is graded on its own, against its exercise's checks
-only, in processes forked from this one (torch is already imported there).
+notebooks, figures) are what the build writes. Each catalog bug is graded
+on its own, against its exercise's checks only, in processes forked from
+this one (torch is already imported there).
 """
 
 from __future__ import annotations

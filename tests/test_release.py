@@ -266,8 +266,8 @@ def test_the_edition_catches_every_known_bug_as_the_tree_does(edition, verificat
     for mine, theirs in zip(verification.exercises, replayed.exercises, strict=True):
         assert (mine.checks, mine.reference_failures, mine.stub_passes) == (
             theirs.checks, theirs.reference_failures, theirs.stub_passes), mine.exercise.name
-        for found, replayed in ((mine.catches, theirs.catches), (mine.hints, theirs.hints)):
-            assert {bug: value for bug, value in found.items() if bug not in added} == replayed, \
+        for found, found_in_edition in ((mine.catches, theirs.catches), (mine.hints, theirs.hints)):
+            assert {bug: value for bug, value in found.items() if bug not in added} == found_in_edition, \
                 mine.exercise.name
         assert [bug for bug in mine.unnamed if bug not in added] == theirs.unnamed == [], mine.exercise.name
 
