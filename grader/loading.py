@@ -15,7 +15,7 @@ from __future__ import annotations
 import __future__ as future_flags
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.notebooks import NotebookCode, NotebookError, read_notebook
@@ -35,7 +35,7 @@ class Problem:
     line: int
     message: str
     name: str | None = None  # the function or class it breaks, if any
-    where: str = ""  # how the student finds the line: "line 12", "cell 9 (softmax), line 3"
+    where: str = ""  # how the student finds the line: "line 12", "code cell 9 (softmax), line 3"
 
     def __str__(self) -> str:
         return f"{self.where or f'line {self.line}'}: {self.message}"
@@ -186,14 +186,11 @@ def load_submission(path: Path, module_name: str) -> Submission:
         if isinstance(error, (ValueError, OverflowError)):
             why = f"not valid Python ({error})"
         raise SubmissionError(f"{path.name} cannot be parsed: it is {why}") from None
-    if notebook is not None:
-        problems = [Problem(p.line, p.message, p.name, notebook.where(p.line)) for p in problems]
-    return Submission(
-        path=path,
-        module_name=module_name,
-        source=source,
-        statements=statements,
-        broken={problem.name: problem for problem in problems if problem.name},
-        problems=problems,
-        notebook=notebook,
-    )
+    submission = Submission(path=path, module_name=module_name, source=source,
+                            statements=statements, notebook=notebook)
+    # Each problem is placed once, here: a line of a notebook's assembled
+    # code is a line no cell has, so every message (the worker's too) says
+    # where the student finds it.
+    submission.problems = [replace(p, where=submission.where(p.line)) for p in problems]
+    submission.broken = {problem.name: problem for problem in submission.problems if problem.name}
+    return submission

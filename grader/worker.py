@@ -132,7 +132,7 @@ def _run_statements(
                                         submission.source.splitlines(keepends=True), module.__file__)
     for name, problem in submission.broken.items():
         # Whoever calls a function that did not compile learns why.
-        module.__dict__[name] = _unparsable(name, problem.line)
+        module.__dict__[name] = _unparsable(name, problem.where or f"line {problem.line}")
     errors = {}
     for line, code, _ in submission.statements:
         if line in skip:
@@ -155,9 +155,11 @@ def _run_statements(
     return module
 
 
-def _unparsable(name: str, line: int):
+def _unparsable(name: str, where: str):
+    """``where``: the problem's place as the student finds it (a notebook's cell)."""
+
     def function(*args, **kwargs):
-        raise SyntaxError(f"{name} has a syntax error at line {line}, so it cannot run")
+        raise SyntaxError(f"{name} has a syntax error at {where}, so it cannot run")
 
     function.__name__ = name
     return function

@@ -186,6 +186,24 @@ def test_a_syntax_error_names_the_cell_and_costs_its_exercise(solved, tmp_path):
     assert statuses(report)["softmax"] == "passed"
 
 
+def test_a_syntax_error_is_placed_in_its_cell_by_every_message(solved, tmp_path):
+    """The broken function's own verdict and a caller's ("softmax has a syntax
+    error at ...", from the worker) name the same cell and line: a line of the
+    code assembled from the cells is a line no cell has."""
+    notebook = read(solved / f"{CH01.module}.ipynb")
+    index = exercise_cell(notebook, "softmax")
+    cell = notebook.cells[index]
+    cell.source = cell.source.replace("    # END SOLUTION", "    x = (\n    # END SOLUTION")
+    report = grade_notebook(notebook, tmp_path)
+    place = f"code cell {code_cell_number(notebook, index)} (softmax), line "
+    own = result_of(report, "softmax").reason
+    assert own.startswith(place)
+    line = own[len(place):].split(":")[0]
+    assert int(line) <= len(cell.source.splitlines())
+    caller = result_of(report, "scaled_dot_product_attention").reason
+    assert f"softmax has a syntax error at {place}{line}, so it cannot run" in caller
+
+
 def test_helper_cells_outputs_and_magics(solved, tmp_path):
     notebook = read(solved / f"{CH01.module}.ipynb")
     index = exercise_cell(notebook, "softmax")
