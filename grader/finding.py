@@ -7,11 +7,12 @@ newer file. So the file with the fewest exercises left to write (``raise
 NotImplementedError``) wins, then the one saved last; the report says which
 was graded and why.
 
-``grade`` looks for a chapter's own names in one folder (``chapter_choice``).
-A submission (a student's folder in ``batch``, Gradescope's
+A folder (``grade --dir``, a student's folder in ``batch``, Gradescope's
 ``submission/``) may nest its files in folders and name them its own way
-(``alice_ch01.ipynb``): ``find_chapters`` walks it, with one depth limit and
-one naming rule, and picks each chapter's file with ``best_file``.
+(``alice_ch01.ipynb``, ``ch1_attention.py``): ``find_chapters`` walks it,
+with one depth limit and one naming rule, and picks each chapter's file with
+``best_file``; ``chapter_choice`` is the same rule for one chapter, as
+``grade`` asks it.
 """
 
 from __future__ import annotations
@@ -63,11 +64,15 @@ def best_file(paths: list[Path]) -> tuple[Path, str]:
 
 
 def chapter_choice(chapter: Chapter, directory: Path) -> tuple[Path, str] | None:
-    """The chapter's file in ``directory`` (``chNN_topic.py`` or ``.ipynb``)
-    and why it was chosen; None if there is neither."""
-    found = [directory / f"{chapter.module}{suffix}" for suffix in SUBMISSION_SUFFIXES]
-    found = [path for path in found if path.is_file()]
-    return best_file(found) if found else None
+    """The chapter's file in ``directory`` and why it was chosen, by the rule
+    ``batch`` and Gradescope follow (``find_chapters``); None if there is none.
+
+    ``grade --dir`` asks this for each chapter: a folder holding
+    ``alice_ch01.py`` is graded by ``grade`` as by ``batch``."""
+    found = find_chapters(directory, [chapter])
+    if chapter.id not in found.chosen:
+        return None
+    return found.chosen[chapter.id], found.why[chapter.id]
 
 
 def chapter_file(chapter: Chapter, directory: Path) -> Path | None:

@@ -19,7 +19,7 @@ import pytest
 
 from grader import batch, class_folder, gradescope, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
-from grader.finding import MAX_FOLDER_DEPTH, find_chapters
+from grader.finding import MAX_FOLDER_DEPTH, chapter_choice, find_chapters
 from grader.gradescope import missing_reason, with_missing_chapters
 from grader.notebooks import notebook_text
 
@@ -108,6 +108,28 @@ def test_files_of_chapters_the_assignment_leaves_out_are_listed(tmp_path):
     write(tmp_path / PY, SOLUTION)
     found = find_chapters(tmp_path, [CH02])
     assert found.chosen == {} and found.ignored == [f"{PY}: ch01 is not graded in this assignment"]
+
+
+# -- grade --dir: the same rule ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["alice_ch01.py", "ch1_attention.py", f"hw1/{PY}"])
+def test_grade_dir_finds_the_file_batch_and_gradescope_find(tmp_path, name):
+    write(tmp_path / name, SOLUTION)
+    write(tmp_path / "notes.py", "x = 1\n")
+    assert find_chapters(tmp_path).chosen == {"ch01": tmp_path / name}
+    assert chapter_choice(CH01, tmp_path) == (tmp_path / name, "")
+    assert chapter_choice(CH02, tmp_path) is None
+
+
+def test_grade_without_targets_takes_one_file_a_chapter_and_says_why(tmp_path):
+    from grader.cli import resolve_targets
+
+    write(tmp_path / NB, WORKED_NOTEBOOK, age=60)
+    write(tmp_path / PY, STUB)  # saved last, but nothing written in it
+    write(tmp_path / "bob_ch02.py", "x = 1\n")
+    assert resolve_targets([], tmp_path) == [
+        (CH01, tmp_path / NB, f"it has more written than {PY}"), (CH02, tmp_path / "bob_ch02.py", "")]
 
 
 # -- batch and Gradescope agree --------------------------------------------------------
