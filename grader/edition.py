@@ -59,11 +59,14 @@ def write_edition(folder: Path, seeds: list[int] | None = None, jobs: int = 1,
         jobs: processes recording seeds side by side.
         root: the instructor's tree.
     """
-    folder = folder.resolve()
+    # Resolved, links included: an edition inside the course (exercises/x)
+    # would copy itself into itself; one around it, the course into it.
+    folder, root = folder.resolve(), root.resolve()
+    if folder.is_relative_to(root) or root.is_relative_to(folder):
+        raise ReleaseError(f"{folder} is inside the course or holds it: write the edition "
+                           f"outside {root}")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ReleaseError(f"{folder} exists and is not an empty folder")
-    if folder == root or folder.is_relative_to(root / "grader") or root.is_relative_to(folder):
-        raise ReleaseError(f"{folder}: write the edition outside the course's own folders")
     seeds = sorted(set(seeds)) if seeds else sorted({secrets.randbelow(2**31) for _ in range(4)})
     recordings = _record(seeds, jobs, root)
 

@@ -287,6 +287,31 @@ def test_release_refuses_a_used_folder(tmp_path, capsys):
     assert "not an empty folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("through_a_link", [False, True], ids=["inside", "through-a-link"])
+def test_release_refuses_a_folder_inside_the_course_before_writing(tmp_path, capsys, monkeypatch, through_a_link):
+    """``release exercises/x`` would copy the edition into itself: refused in
+    one line, before anything is recorded or written, also where the path
+    reaches the course through a symbolic link."""
+    import grader.edition
+
+    def record(*args):
+        raise AssertionError("recorded before refusing the folder")
+
+    monkeypatch.setattr(grader.edition, "_record", record)
+    inside = COURSE_ROOT / "exercises" / "edition-inside-the-course"
+    if through_a_link:
+        (tmp_path / "course").symlink_to(COURSE_ROOT)
+        target = tmp_path / "course" / "exercises" / inside.name
+    else:
+        target = inside
+    with pytest.raises(SystemExit) as exit_:
+        main(["release", str(target)])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "inside the course" in line
+    assert not inside.exists()
+
+
 # -- replay ---------------------------------------------------------------------------------
 
 
