@@ -15,6 +15,7 @@ from __future__ import annotations
 import __future__ as future_flags
 import ast
 import re
+import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -153,6 +154,23 @@ def _compile(source: str, filename: str) -> tuple[ast.Module, list[Problem], lis
     return tree, problems, statements
 
 
+def read_python(path: Path) -> str:
+    """A ``.py`` file's text as Python reads it: a UTF-8 byte-order mark
+    (some Windows editors write one) or a coding line names the encoding,
+    and neither is left in the text.
+
+    Raises:
+        SubmissionError: the file cannot be read or decoded.
+    """
+    try:
+        with tokenize.open(path) as file:
+            return file.read()
+    except (UnicodeDecodeError, SyntaxError):  # SyntaxError: a coding line Python cannot use
+        raise SubmissionError(f"{path.name} is not UTF-8 text") from None
+    except OSError as error:
+        raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
+
+
 def load_submission(path: Path, module_name: str) -> Submission:
     """Read and parse a ``.py`` or ``.ipynb`` submission; never runs any of its code.
 
@@ -169,12 +187,7 @@ def load_submission(path: Path, module_name: str) -> Submission:
         if not source.strip():
             raise SubmissionError(f"{path.name} has no code cells to grade")
     else:
-        try:
-            source = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise SubmissionError(f"{path.name} is not UTF-8 text") from None
-        except OSError as error:
-            raise SubmissionError(f"cannot read {path.name}: {error.strerror}") from None
+        source = read_python(path)
     if "\0" in source:
         raise SubmissionError(f"{path.name} contains null bytes: is it really a Python file?")
     try:

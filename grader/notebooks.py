@@ -273,7 +273,9 @@ def read_notebook(path: Path) -> NotebookCode:
         NotebookError: the file is not a notebook the grader can read.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a notebook passed through a Windows editor may start
+        # with a byte-order mark, which JSON's parser refuses.
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise NotebookError(f"{path.name} is not UTF-8 text, so not a saved notebook") from None
     except OSError as error:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SOLUTION, statuses
 from grader.loading import SubmissionError, load_submission, parse_with_repairs
 
 
@@ -71,3 +72,30 @@ def test_unreadable_files_are_submission_errors(tmp_path: Path, content, message
 def test_a_missing_file_is_a_submission_error(tmp_path: Path):
     with pytest.raises(SubmissionError, match="cannot read"):
         load_submission(tmp_path / "gone.py", "f")
+
+
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some Windows editors write first
+
+
+@pytest.mark.parametrize("encoded", [
+    BOM + b"import math\r\n\r\ndef root(x):\r\n\treturn math.sqrt(x)\r\n",
+    b"# -*- coding: latin-1 -*-\nimport math\n\ndef root(x):\n    return math.sqrt(x)  # \xe9\n",
+], ids=["bom-crlf-tabs", "latin-1-coding-line"])
+def test_a_file_is_read_as_python_reads_it(tmp_path: Path, encoded):
+    """A byte-order mark or a coding line is part of how Python reads a file:
+    the grader reads it the same way, not as a syntax error on line 1."""
+    path = tmp_path / "f.py"
+    path.write_bytes(encoded)
+    namespace = {}
+    exec(compile(encoded, "f.py", "exec"), namespace)  # Python reads it
+    submission = load_submission(path, "f")
+    assert submission.problems == []
+    assert [line for line, _, _ in submission.statements] == [encoded.count(b"\n", 0, encoded.index(b"import")) + 1,
+                                                             encoded.count(b"\n", 0, encoded.index(b"def")) + 1]
+    assert not submission.source.startswith("\ufeff")
+
+
+def test_a_solution_saved_with_a_byte_order_mark_and_crlf_grades_full_marks(grade_source):
+    report = grade_source("\ufeff" + SOLUTION.replace("\n", "\r\n"))
+    assert report.notes == {}
+    assert set(statuses(report).values()) == {"passed"}

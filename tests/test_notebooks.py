@@ -265,6 +265,13 @@ def test_a_check_call_left_in_a_graded_cell_does_not_grade_again(solved, tmp_pat
     assert report.seconds < 30
 
 
+def test_a_notebook_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """A notebook passed through a Windows editor may start with UTF-8's byte-order mark."""
+    path = tmp_path / f"{CH01.module}.ipynb"
+    path.write_bytes(b"\xef\xbb\xbf" + CH01.notebook().read_bytes())
+    assert load_submission(path, CH01.module).source == load_submission(CH01.notebook(), CH01.module).source
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"cells": [', "is not valid notebook JSON (line 1"),
     ("", "is empty: save the notebook"),

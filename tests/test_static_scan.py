@@ -535,3 +535,11 @@ def test_a_tree_deeper_than_any_parser_makes_does_not_crash_the_scan():
     tree.body[1].body[0].value = ast.Call(chain, [], [], lineno=3, col_offset=11)
     [(line, name, called)] = forbidden_uses(tree, "softmax", ("torch",))
     assert line == 3 and called and name == "torch" + ".a" * 100_000
+
+
+def test_a_file_with_a_byte_order_mark_is_scanned_on_its_own_lines(tmp_path):
+    """Some Windows editors save a UTF-8 byte-order mark first; Python reads past it, and so does the scan."""
+    path = tmp_path / CH01.file_name
+    path.write_bytes(b"\xef\xbb\xbfimport torch\r\n\r\ndef softmax(x, dim=-1):\r\n\treturn torch.softmax(x, dim)\r\n")
+    assert notes(CH01, load_submission(path, CH01.module)) == {
+        "softmax": "line 4 calls torch.softmax, which this exercise asks you to write yourself"}
