@@ -138,7 +138,7 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
     from grader.sandbox import Limits
 
     try:
-        targets, found = submission_targets(entry.path, scratch)
+        targets, found = submission_targets(entry.paths, scratch)
     except Unusable as error:
         return _ungraded(entry, str(error))
     # A file the loader cannot read (not UTF-8, a notebook that is not JSON)

@@ -2,8 +2,9 @@
 entries, one a student, with the content hash that tells a changed one; and
 each entry's chapter files, a zip unpacked within bounds first.
 
-An entry is a student's folder, a single ``.py`` file or ``.ipynb`` notebook
-whose chapter is the ``chNN`` in its name, or a ``.zip`` of either.
+An entry is a student's folder, a ``.zip`` of one, or the student's loose
+``.py`` files and ``.ipynb`` notebooks, each one's chapter the ``chNN`` in
+its name: ``bob_ch01.py`` and ``bob_ch04.py`` are one student, ``bob``.
 ``submission_targets`` says which file of each chapter is graded, by the
 rule the Gradescope autograder follows (``finding.find_chapters``), or
 raises ``Unusable`` with the reason a row of the class shows.
@@ -13,16 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import time
 import zipfile
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader.catalog import (
+    CHAPTER_IN_NAME,
     CHAPTERS,
     SUBMISSION_SUFFIXES,
     Chapter,
@@ -49,14 +51,15 @@ class Entry:
     """One student's entry in SUBMISSIONS.
 
     Attributes:
-        student: the student's id (the entry's name, less its suffix).
-        path: the folder, file or zip.
+        student: the student's id (the entry's name, less its suffix, and a
+            loose file's less its chapter).
+        paths: the folder or the zip, or the student's loose files, sorted.
         digest: sha256 (hex) of what the entry submits, to skip it on a re-run.
         size: bytes hashed; the largest entries are graded first.
     """
 
     student: str
-    path: Path
+    paths: tuple[Path, ...]
     digest: str
     size: int
 
@@ -66,16 +69,23 @@ def list_entries(submissions: Path, leave_out: Path | None = None) -> list[Entry
 
     Hidden names (``.DS_Store``) and what zip tools add (``__MACOSX``) are
     left out, and so is ``leave_out`` (the out folder, when it sits inside
-    SUBMISSIONS). Two entries with the same id (``alice/`` and ``alice.zip``)
-    each keep their whole name as id, so neither overwrites the other.
+    SUBMISSIONS). A student's loose files are one entry. Where a folder or a
+    zip has the id of another entry (``alice/`` and ``alice.zip``, or
+    ``alice_ch01.py``), each path keeps its whole name as id, so none
+    overwrites another.
     """
-    paths = entry_paths(submissions, leave_out)
-    stems = Counter(_student_id(path) for path in paths)
+    by_student: dict[str, list[Path]] = {}
+    for path in entry_paths(submissions, leave_out):
+        by_student.setdefault(student_id(path), []).append(path)
     entries = []
-    for path in paths:
-        student = _student_id(path) if stems[_student_id(path)] == 1 else path.name
-        digest, size = entry_digest(path)
-        entries.append(Entry(student, path, digest, size))
+    for student, paths in by_student.items():
+        if len(paths) > 1 and not all(map(_loose, paths)):
+            groups = [(path.name, (path,)) for path in paths]
+        else:
+            groups = [(student, tuple(sorted(paths)))]
+        for name, group in groups:
+            digest, size = entry_digest(group)
+            entries.append(Entry(name, group, digest, size))
     return sorted(entries, key=lambda entry: (entry.student.casefold(), entry.student))
 
 
@@ -87,29 +97,46 @@ def entry_paths(submissions: Path, leave_out: Path | None = None) -> list[Path]:
             and (leave_out is None or path.resolve() != leave_out.resolve())]
 
 
-def _student_id(path: Path) -> str:
-    if path.suffix.lower() in (".zip", *SUBMISSION_SUFFIXES) and not path.is_dir() and path.stem:
+# ``chNN`` as a word, in the name as it is written: what comes before it is the student.
+CHAPTER_PART = re.compile(CHAPTER_IN_NAME.pattern, re.IGNORECASE)
+
+
+def _loose(path: Path) -> bool:
+    """A single ``.py`` or ``.ipynb`` in SUBMISSIONS, not in a student's folder."""
+    return path.suffix.lower() in SUBMISSION_SUFFIXES and not path.is_dir() and bool(path.stem)
+
+
+def student_id(path: Path) -> str:
+    """The student an entry's path is for: a folder's name, a zip's less
+    ``.zip``, a loose file's less its suffix and its chapter (``bob_ch01.py``
+    and ``Bob-CH4-rope.ipynb``: ``bob`` and ``Bob``). A loose file named for
+    its chapter only (``ch01_self_attention.py``) keeps its whole stem."""
+    if _loose(path):
+        match = CHAPTER_PART.search(path.stem)
+        student = path.stem[:match.start()].rstrip("_-. ") if match else ""
+        return student or path.stem
+    if path.suffix.lower() == ".zip" and not path.is_dir() and path.stem:
         return path.stem
     return path.name
 
 
-def entry_digest(path: Path) -> tuple[str, int]:
+def entry_digest(paths: tuple[Path, ...]) -> tuple[str, int]:
     """sha256 (hex) and size in bytes of what an entry submits.
 
-    A file or zip: its bytes. A folder: the path and bytes of each file that
-    could be graded (``finding.submission_files``), so a folder's other
-    contents (data, checkpoints) neither count nor get read. A file that
-    cannot be read is hashed as such: grading will say why.
+    Files or a zip: their names and bytes. A folder: the path and bytes of
+    each file that could be graded (``finding.submission_files``), so a
+    folder's other contents (data, checkpoints) neither count nor get read.
+    A file that cannot be read is hashed as such: grading will say why.
     """
     digest = hashlib.sha256()
     size = 0
-    if path.is_dir():
-        files, _ = submission_files(path)
-        names = [file.relative_to(path).as_posix() for file in files]
+    if len(paths) == 1 and paths[0].is_dir():
+        files, _ = submission_files(paths[0])
+        names = [file.relative_to(paths[0]).as_posix() for file in files]
     else:
-        files = [path] if path.is_file() else []  # a pipe or a dangling link: never opened
-        names = [path.name]
-        digest.update(f"{path.name}\n".encode())
+        files = [path for path in paths if path.is_file()]  # a pipe or a dangling link: never opened
+        names = [path.name for path in files]
+        digest.update("".join(f"{path.name}\n" for path in paths).encode())
     for file, name in zip(files, names):
         digest.update(f"{name}\n".encode())
         try:
@@ -225,37 +252,61 @@ def _keep_time(path: Path, info: zipfile.ZipInfo) -> None:
         pass
 
 
-def submission_targets(entry: Path, scratch: Path) -> tuple[list[tuple[Chapter, Path]], Found]:
-    """``(chapter, file)`` pairs to grade for one entry, in chapter order, and
-    what was found, as the student named it (``Found.sources``: each file
-    graded and why that one); a zip is unpacked into ``scratch`` (an empty
-    folder) first.
+def submission_targets(paths: tuple[Path, ...], scratch: Path) -> tuple[list[tuple[Chapter, Path]], Found]:
+    """``(chapter, file)`` pairs to grade for one entry (``Entry.paths``), in
+    chapter order, and what was found, as the student named it
+    (``Found.sources``: each file graded and why that one); a zip is
+    unpacked, loose files are copied, into ``scratch`` (an empty folder) first.
 
     Raises:
         Unusable: nothing in the entry can be graded; the message says why.
     """
-    suffix = entry.suffix.lower()
-    if entry.is_dir():
-        found = chapters_of(entry)
-        files = found.chosen
-    elif suffix == ".zip":
-        extract_zip(entry, scratch)
+    first = paths[0]
+    if len(paths) == 1 and first.is_dir():
+        found = chapters_of(first)
+    elif len(paths) == 1 and first.suffix.lower() == ".zip":
+        extract_zip(first, scratch)
         found = chapters_of(scratch)
-        files = found.chosen
-    elif suffix in SUBMISSION_SUFFIXES:
-        try:
-            chapter = chapter_in_name(entry.name)
-        except UnknownChapter as error:
-            raise Unusable(str(error)) from None
-        if chapter is None:
-            raise Unusable(f"cannot tell which chapter {entry.name} is for: put chNN in its name "
-                           f"(like {entry.stem}_ch01{suffix})")
-        # Graded from a copy in a folder of its own: the file's folder is the
-        # class's. (And ALICE_CH01.PY: the loader tells notebooks by ".ipynb".)
-        copy = scratch / f"{entry.stem}{suffix}"
-        shutil.copy2(entry, copy)
-        found = Found(entry.parent, chosen={chapter.id: entry}, why={chapter.id: ""})
-        files = {chapter.id: copy}
+    elif all(map(_loose, paths)):
+        found = _loose_chapters(paths, scratch)
     else:
-        raise Unusable(f"{entry.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
-    return [(chapter, files[chapter.id]) for chapter in CHAPTERS if chapter.id in files], found
+        raise Unusable(f"{first.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
+    return [(chapter, found.chosen[chapter.id]) for chapter in CHAPTERS if chapter.id in found.chosen], found
+
+
+def _loose_chapters(files: tuple[Path, ...], scratch: Path) -> Found:
+    """The chapter files of a student's loose files, copied into ``scratch``
+    under their own names and found there by ``find_chapters``'s rule (of
+    ``bob_ch01.py`` and ``bob_ch01.ipynb``, the one with more written).
+
+    Graded from copies in a folder of their own: the files' folder is the
+    class's. (And ALICE_CH01.PY is copied as ALICE_CH01.py: the loader tells
+    notebooks by ".ipynb".) Links and special files are not copied: a link
+    to the reference solution is not the student's work.
+    """
+    refused = []
+    for file in files:
+        copy = scratch / f"{file.stem}{file.suffix.lower()}"
+        if file.is_symlink() or not file.is_file() or copy.exists():
+            refused.append(file)
+        else:
+            shutil.copy2(file, copy)
+    found = find_chapters(scratch)
+    if not found.chosen:
+        raise Unusable("; ".join(_loose_reason(file) for file in files))
+    found.ignored += [f"{file.name}: {_loose_reason(file)}" for file in refused]
+    return found
+
+
+def _loose_reason(file: Path) -> str:
+    """Why a loose file is not graded."""
+    if file.is_symlink() or not file.is_file():
+        return f"{file.name} is {'a link' if file.is_symlink() else 'not a regular file'}, not a file to grade"
+    try:
+        chapter = chapter_in_name(file.name)
+    except UnknownChapter as error:
+        return str(error)
+    if chapter is None:
+        return (f"cannot tell which chapter {file.name} is for: put chNN in its name "
+                f"(like {file.stem}_ch01{file.suffix.lower()})")
+    return f"{file.name} has the name of another file of {chapter.id}"

@@ -90,8 +90,8 @@ EXPECTED = {
     "jay": (5, 0, ""),                   # the mask inverted
     "ivy": (FULL, 0, ""),                # zip of a folder ivy/
     "jo": (FULL, 0, ""),                 # zip of a solved notebook, no folder
-    "kim_ch01": (FULL, 0, ""),           # a single file
-    "lea_ch01_self_attention": (5, 0, ""),  # a single notebook, no 1/sqrt(d)
+    "kim": (FULL, CH02.points, ""),      # two loose files, kim_ch01.py and kim_ch02.py
+    "lea": (5, 0, ""),                   # a single notebook, lea_ch01_self_attention.ipynb, no 1/sqrt(d)
     "max": (FULL, 0, ""),                # stub .py, then the solved notebook saved later
     "ned": (FULL, 0, ""),                # solved notebook, then the stub .py saved later: the work wins
     "ola": (FULL, CH02.points, ""),      # two chapters
@@ -99,8 +99,8 @@ EXPECTED = {
     "quinn": (0, 0, "not a valid zip file"),
     "rae": (0, 0, "holds a path outside its folder"),
     "sam": (0, 0, "holds a symbolic link"),
-    "tia_ch01": (0, 0, "not valid notebook JSON"),
-    "uma_ch01": (0, 0, "not UTF-8"),
+    "tia": (0, 0, "not valid notebook JSON"),
+    "uma": (0, 0, "not UTF-8"),
     "vic": (0, 0, "cannot tell which chapter vic.py is for"),
     "wes.txt": (0, 0, "not a folder, a .py file"),
     "xan": (FULL, 0, ""),                # a file named xan_ch01.py in a folder
@@ -124,6 +124,7 @@ def make_class(root: Path) -> Path:
     zip_of(root / "ivy.zip", {f"ivy/{PY}": SOLUTION, "__MACOSX/ivy/._x": b"\0"})
     zip_of(root / "jo.zip", {NB: notebook(SOLUTION)})
     write(root / "kim_ch01.py", SOLUTION)
+    write(root / "kim_ch02.py", CH02_SOLUTION)
     write(root / "lea_ch01_self_attention.ipynb", notebook(with_bug("no-scale")))
     write(root / "max" / PY, STUB, age=60)
     write(root / "max" / NB, notebook(SOLUTION))
@@ -227,7 +228,8 @@ def test_each_results_json_names_the_file_graded_and_why(graded_class):
     assert f"ch01: graded {NB} (it has more written than {PY})" in results("max")["output"]
     assert f"ch01: graded exercises/{PY}" in results("yan")["output"]
     assert "ch01: graded xan_ch01.py" in results("xan")["output"]  # as named inside the submission
-    assert "ch01: graded kim_ch01.py" in results("kim_ch01")["output"]  # a single file: its own name
+    assert "ch01: graded kim_ch01.py" in results("kim")["output"]  # a loose file: its own name
+    assert results("kim")["extra_data"]["files"] == {"ch01": "kim_ch01.py", "ch02": "kim_ch02.py"}
     assert f"ch01: graded ivy/{PY}" in results("ivy")["output"]  # inside the zip
     assert results("pat")["extra_data"] == {"seed": None, "files": {}}
 
@@ -241,7 +243,7 @@ def test_chapters_not_submitted_are_zero_with_the_reason(graded_class):
     # The words the Gradescope autograder uses for a chapter with no file.
     assert {test["output"] for test in ch02} == {
         f"no file for ch02 in the submission (expected {CH02.module}.py or {CH02.module}.ipynb)"}
-    tia = json.loads((out / "results" / "tia_ch01.json").read_text(encoding="utf-8"))
+    tia = json.loads((out / "results" / "tia.json").read_text(encoding="utf-8"))
     assert all(test["output"].startswith("not graded: ") for test in tia["tests"])
 
 
@@ -259,7 +261,7 @@ def test_the_summary_gives_each_exercises_pass_rate(graded_class):
     # 21 students had chapter 1 graded; 10 passed self_attention (not the 2
     # stubs, the 8 planted bugs, hal's and ian's included).
     assert re.search(r"^\s*self_attention\s+2\s+21\s+10\s+48%", done.stdout, re.MULTILINE), done.stdout
-    assert re.search(r"^\s*padding_mask\s+1\s+1\s+1\s+100%", done.stdout, re.MULTILINE)
+    assert re.search(r"^\s*padding_mask\s+1\s+2\s+2\s+100%", done.stdout, re.MULTILINE)
     assert "ch03" not in done.stdout.split("most frequent known bugs")[0]  # nobody submitted it
     assert "30 graded, 0 unchanged" in done.stdout
 
@@ -289,9 +291,9 @@ def test_force_grades_everyone_again(tmp_path):
     write(submissions / "ada" / PY, SOLUTION)
     write(submissions / "bo_ch01.py", with_bug("no-scale"))
     first = batch.run_batch(submissions, out, batch.GradingOptions(seed=3), jobs=2)
-    assert first.graded_now == {"ada", "bo_ch01"}
+    assert first.graded_now == {"ada", "bo"}
     forced = batch.run_batch(submissions, out, batch.GradingOptions(seed=3), jobs=2, force=True)
-    assert forced.graded_now == {"ada", "bo_ch01"}
+    assert forced.graded_now == {"ada", "bo"}
     assert [row.total for row in forced.grades] == [row.total for row in first.grades] == [FULL, 5]
     assert forced.grades[1].bugs == [("ch01", "scaled_dot_product_attention", "no-scale")]
 
@@ -340,7 +342,7 @@ def test_help_states_the_rules():
 
 def test_a_chapter_the_course_lacks_is_a_reason(tmp_path):
     with pytest.raises(Unusable, match="ch09.*does not have"):
-        class_folder.submission_targets(write(tmp_path / "eve_ch09.py", SOLUTION), tmp_path)
+        class_folder.submission_targets((write(tmp_path / "eve_ch09.py", SOLUTION),), tmp_path)
 
 
 def test_students_are_named_by_their_entries(tmp_path):
@@ -351,7 +353,22 @@ def test_students_are_named_by_their_entries(tmp_path):
     write(tmp_path / "__MACOSX" / "x", "")
     entries = list_entries(tmp_path)
     # Two entries for one id keep their whole names, so neither overwrites the other.
-    assert [entry.student for entry in entries] == ["alice", "alice.zip", "bob_ch01", "carol"]
+    assert [entry.student for entry in entries] == ["alice", "alice.zip", "bob", "carol"]
+
+
+def test_a_students_loose_files_are_one_entry_named_without_the_chapter(tmp_path):
+    ch04 = find_chapter("ch04")
+    write(tmp_path / "bob_ch01.py", SOLUTION)
+    write(tmp_path / f"bob_{ch04.id}.py", "x = 1\n")
+    write(tmp_path / "lea_ch01_self_attention.ipynb", notebook(SOLUTION))
+    bob, lea = list_entries(tmp_path)
+    assert (bob.student, lea.student) == ("bob", "lea")
+    assert bob.paths == (tmp_path / "bob_ch01.py", tmp_path / "bob_ch04.py")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    targets, found = class_folder.submission_targets(bob.paths, scratch)
+    assert [chapter.id for chapter, _ in targets] == ["ch01", "ch04"]
+    assert found.sources() == {"ch01": "bob_ch01.py", "ch04": "bob_ch04.py"}  # as the class folder names them
 
 
 def test_files_in_folders_of_the_folder_are_found(tmp_path):
@@ -361,11 +378,11 @@ def test_files_in_folders_of_the_folder_are_found(tmp_path):
 
 def test_an_entry_hash_changes_with_its_content_only(tmp_path):
     path = write(tmp_path / "alice" / PY, SOLUTION)
-    first, _ = class_folder.entry_digest(tmp_path / "alice")
+    first, _ = class_folder.entry_digest((tmp_path / "alice",))
     write(tmp_path / "alice" / "notes.txt", "not graded, not hashed")
-    assert class_folder.entry_digest(tmp_path / "alice")[0] == first
+    assert class_folder.entry_digest((tmp_path / "alice",))[0] == first
     path.write_text(STUB)
-    assert class_folder.entry_digest(tmp_path / "alice")[0] != first
+    assert class_folder.entry_digest((tmp_path / "alice",))[0] != first
 
 
 @pytest.mark.parametrize("members, links, message", [

@@ -159,7 +159,7 @@ def checks_pass(monkeypatch):
 def graded_by_batch(folder: Path, checks_pass) -> tuple[dict, dict]:
     """The results JSON ``mha-course batch`` writes for a student's ``folder``,
     and the files it graded."""
-    (entry,) = [entry for entry in class_folder.list_entries(folder.parent) if entry.path == folder]
+    (entry,) = [entry for entry in class_folder.list_entries(folder.parent) if entry.paths == (folder,)]
     checks_pass.graded = None
     return batch.grade_student(entry, batch.GradingOptions(seed=9)).results, checks_pass.graded
 
