@@ -5,7 +5,8 @@ A chapter's notebook is built from three sources: the lesson
 chapter's code (the stub, or the solution for instructors: a setup cell with
 its imports, then one cell per exercise) and ``chapters/NN_topic/notebook.py``
 (a "try it" cell after each exercise and a plot cell). The last cell grades
-the saved notebook.
+the saved notebook. A try or plot cell that calls an exercise not written yet
+says so in a line instead of raising, so that Run All reaches the grade.
 
 Tags in each cell's metadata say what it is. When a notebook is graded, the
 code cells run in a worker as one module, except those tagged ``try``,
@@ -17,9 +18,11 @@ the worker runs plain Python.
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
+import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +38,9 @@ SETUP, EXERCISE, TRY, PLOT, GRADE, LESSON = "setup", "exercise", "try", "plot", 
 NOT_GRADED = frozenset({TRY, PLOT, GRADE})  # cells whose code is never run by the grader
 METADATA_KEY = "mha_course"  # cell and notebook metadata: {"exercise": name} / {"chapter": id}
 CELL_MARK = re.compile(r"^# %% (try (\w+)|plot)\s*$")
+NOT_WRITTEN = "Not written yet: a function this cell calls still raises NotImplementedError."
+NOT_DRAWN = "Not drawn yet: {error.name} is made by a cell above, which has not run to the end."
+RAISES = "raises-exception"  # the tag of a cell whose error does not stop Run All
 
 
 class NotebookError(ValueError):
@@ -69,7 +75,9 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
 
     def add(cell: nbformat.NotebookNode, kind: str, exercise: str | None = None) -> None:
         cell.id = f"{kind}-{len(cells):02d}"  # stable ids: the build writes the same file twice
-        cell.metadata["tags"] = [kind]
+        # An error in a try or plot cell (a half-written exercise's) does not
+        # stop Run All in JupyterLab or nbconvert: they honour this tag.
+        cell.metadata["tags"] = [kind, RAISES] if kind in (TRY, PLOT) else [kind]
         if exercise:
             cell.metadata[METADATA_KEY] = {"exercise": exercise}
         cells.append(cell)
@@ -90,11 +98,11 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
             f"{exercise.summary[0].upper()}{exercise.summary[1:]}."), LESSON)
         add(nbformat.v4.new_code_cell(parts[exercise.name]), EXERCISE, exercise.name)
         if exercise.name in extra:
-            add(nbformat.v4.new_code_cell(extra[exercise.name]), TRY, exercise.name)
+            add(nbformat.v4.new_code_cell(until_written(extra[exercise.name])), TRY, exercise.name)
     if "plot" in extra:
         add(nbformat.v4.new_markdown_cell("## Look at the weights\n\nDrawn from your own functions."),
             LESSON)
-        add(nbformat.v4.new_code_cell(extra["plot"]), PLOT)
+        add(nbformat.v4.new_code_cell(until_written(extra["plot"], plot=True)), PLOT)
     add(nbformat.v4.new_markdown_cell(
         "## Grade\n\nSave the notebook first: the grader reads the saved file, not this "
         "kernel's variables, and runs it in a separate process."), LESSON)
@@ -106,6 +114,40 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
     })
     nbformat.validate(notebook)
     return nbformat.writes(notebook) + "\n"
+
+
+def until_written(code: str, plot: bool = False) -> str:
+    """A try or plot cell's ``code`` that says in a line when what it calls is
+    not written yet, instead of raising; a plot cell (``plot``) says so too
+    when a name it takes from a try cell above is missing.
+
+    Run All (and ``nbconvert --execute``) stops at the first cell that
+    raises, and a stub raises ``NotImplementedError`` until it is written:
+    the grading cell at the end would never run, in every editor. The lines
+    are indented under ``try:``, except those that continue a string
+    (indenting them would change the string).
+    """
+    continued = _string_continuations(code)
+    body = [line if not line.strip() or number in continued else "    " + line
+            for number, line in enumerate(code.splitlines(), start=1)]
+    lines = [
+        "try:  # until an exercise is written, its stub raises NotImplementedError",
+        *body,
+        "except NotImplementedError:  # say so in a line, and let Run All go on to the grading cell",
+        f'    print("{NOT_WRITTEN}")',
+    ]
+    if plot:  # a try cell above that stopped at a stub made none of what it names
+        lines += ["except NameError as error:",
+                  f'    print(f"{NOT_DRAWN}")']
+    return "\n".join(lines)
+
+
+def _string_continuations(code: str) -> set[int]:
+    """The lines (from 1) that begin inside a string begun on an earlier line."""
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        lines.update(range(token.start[0] + 1, token.end[0] + 1))  # only strings span lines
+    return lines
 
 
 def _worth(exercise) -> str:

@@ -154,3 +154,21 @@ def test_without_a_record_every_exercise_that_would_change_counts_as_work(course
     stub = course / "exercises" / "ch05_rope.py"
     stub.write_text(stub.read_text() + "\n")
     assert edited_files(generated_files(course, figures=False)) == [stub]
+
+
+def test_a_wrapped_try_cell_runs_as_written_and_says_what_is_not_written(capsys):
+    """The build puts each try and plot cell under ``try:`` so that a stub's
+    NotImplementedError does not stop Run All; what the cell computes, its
+    strings included, is what it was."""
+    from grader.notebooks import NOT_WRITTEN, until_written
+
+    code = 'text = """two\n  lines"""\nfor line in text.splitlines():\n    print(line)\n\nprint(len(text))'
+    expected, wrapped = {}, {}
+    exec(code, expected)
+    exec(until_written(code), wrapped)
+    assert wrapped["text"] == expected["text"]
+    unwritten = "def softmax(x):\n    raise NotImplementedError\n\nsoftmax(1)\nprint('unreached')"
+    exec(until_written(unwritten), {})
+    exec(until_written("print(model)", plot=True), {})
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        NOT_WRITTEN, "Not drawn yet: model is made by a cell above, which has not run to the end."]

@@ -338,7 +338,10 @@ def test_a_stub_that_autosave_touched_loses_to_the_file_with_work(tmp_path):
 
 
 def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
-    """Run a notebook top to bottom in a real kernel, in its own folder."""
+    """Run a notebook top to bottom in a real kernel, in its own folder. An
+    error in a try or plot cell does not stop it (their tag says so, as it
+    does for Run All in JupyterLab), so without ``allow_errors`` no cell may
+    show one."""
     nbclient = pytest.importorskip("nbclient")
     notebook = read(path)
     client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
@@ -349,6 +352,9 @@ def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
     # editable mode (a git worktree, say).
     paths = [str(COURSE_ROOT), os.environ.get("PYTHONPATH", "")]
     client.execute(env={**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)})
+    if not allow_errors:
+        assert not [output for cell in notebook.cells for output in cell.get("outputs", ())
+                    if output.output_type == "error"]
     return notebook
 
 
@@ -369,10 +375,40 @@ def test_a_solved_notebook_runs_top_to_bottom_and_grades_full_marks(solved, chap
 def test_the_stub_notebook_runs_in_jupyter_and_grades_zero(tmp_path):
     path = tmp_path / f"{CH01.module}.ipynb"
     path.write_text((COURSE_ROOT / "exercises" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
-    notebook = execute(path, allow_errors=True)  # the try-it cells raise NotImplementedError
+    notebook = execute(path, allow_errors=False)  # the try-it cells say "Not written yet" and go on
     assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
     # check() returns nothing, so Jupyter shows no stray `Out[n]: 1` under the table.
     assert not any(output.output_type == "execute_result" for output in notebook.cells[-1].outputs)
+
+
+RUN_ALL = """
+import json, sys
+for path in sys.argv[1:]:
+    cells = [cell for cell in json.load(open(path, encoding="utf-8"))["cells"] if cell["cell_type"] == "code"]
+    namespace = {"__name__": "__main__"}
+    for number, cell in enumerate(cells, start=1):
+        print(f"-- code cell {number}: {cell['metadata'].get('tags')}", flush=True)
+        exec(compile("".join(cell["source"]), f"{path}, code cell {number}", "exec"), namespace)
+    print("reached the end of", path, flush=True)
+"""
+
+
+def test_run_all_on_the_stub_notebooks_reaches_the_grading_cell():
+    """Run All stops at the first cell that raises: in a stub, each try-it and
+    plot cell says in a line that what it calls is not written yet, and the
+    last cell, which grades, runs. The code cells run in order in one
+    namespace, as a kernel runs them; check() returns at once here (as in a
+    worker), since grading the stubs is tested elsewhere."""
+    paths = [str(chapter.notebook()) for chapter in CHAPTERS]
+    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *paths], capture_output=True, text=True,
+                              cwd=COURSE_ROOT / "exercises", timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(COURSE_ROOT), "MHA_COURSE_WORKER": "1"})
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
+    for path in paths:
+        assert f"reached the end of {path}" in finished.stdout
+    tried = sum(TRY in tags(cell) or "plot" in tags(cell) for chapter in CHAPTERS
+                for cell in read(chapter.notebook()).cells)
+    assert finished.stdout.count("Not written yet") + finished.stdout.count("Not drawn yet") == tried
 
 
 def test_check_returns_nothing_for_jupyter_to_show(tmp_path, capsys):
