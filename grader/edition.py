@@ -29,6 +29,15 @@ COPIED = ("chapters", "exercises", "grader")
 LEFT_OUT = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache")
 LEFT_OUT_OF_GRADER = ("bugs", "oracles", "recorded", "templates")  # all but their __init__.py
 LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
+# The instructor's own: the grader's tour cites tests/ and solutions/, and
+# the build's record belongs to a build the edition refuses to run.
+LEFT_OUT_FILES = (Path("grader", "README.md"), Path("exercises", ".build-record.json"))
+# A lesson's pitfalls name the catalog's bugs in comments, for
+# tests/test_lessons.py; a student reading the raw file has no use for them.
+# A tag alone on its line goes with its line; one after text, with the
+# spaces before it.
+KNOWN_BUGS_TAG_LINE = re.compile(r"^[ \t]*<!--\s*known bugs:(?:(?!-->).)*-->[ \t]*\n", re.MULTILINE | re.DOTALL)
+KNOWN_BUGS_TAG = re.compile(r"[ \t]*<!--\s*known bugs:(?:(?!-->).)*-->", re.DOTALL)
 # The student README: a template of its own, with the sections it shares
 # with the course's README copied in, so that no sentence is written twice.
 STUDENT_README = Path(__file__).resolve().parent / "templates" / "student-README.md"
@@ -135,18 +144,43 @@ def _copy_course(folder: Path, root: Path) -> int:
         for path in sorted((root / top).rglob("*")):
             relative = path.relative_to(root)
             if (not path.is_file() or any(part in LEFT_OUT for part in relative.parts)
-                    or path.suffix in LEFT_OUT_SUFFIXES
+                    or path.suffix in LEFT_OUT_SUFFIXES or relative in LEFT_OUT_FILES
                     or relative.parts[0] == "grader" and relative.parts[1] in LEFT_OUT_OF_GRADER
                     and path.name != "__init__.py"):
                 continue
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, folder / relative)
+            if top == "chapters" and path.suffix == ".md":
+                (folder / relative).write_text(student_lesson(path.read_text(encoding="utf-8")),
+                                               encoding="utf-8")
+            elif top == "exercises" and path.suffix == ".ipynb":
+                (folder / relative).write_text(student_notebook(path.read_text(encoding="utf-8")),
+                                               encoding="utf-8")
+            else:
+                shutil.copyfile(path, folder / relative)
             count += 1
     (folder / "README.md").write_text(student_readme((root / "README.md").read_text(encoding="utf-8")),
                                       encoding="utf-8")
     (folder / "pyproject.toml").write_text(
         student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8")), encoding="utf-8")
     return count + 2
+
+
+def student_lesson(lesson: str) -> str:
+    """A lesson as students get it: without its ``<!-- known bugs: ... -->``
+    tags (a rendered lesson does not show them; its raw text does)."""
+    return KNOWN_BUGS_TAG.sub("", KNOWN_BUGS_TAG_LINE.sub("", lesson))
+
+
+def student_notebook(text: str) -> str:
+    """A chapter's notebook with its lesson's cells as ``student_lesson``
+    makes them, written as the build writes notebooks."""
+    import nbformat
+
+    notebook = nbformat.reads(text, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = student_lesson(cell.source)
+    return nbformat.writes(notebook) + "\n"
 
 
 def student_readme(course_readme: str, template: str | None = None) -> str:

@@ -119,6 +119,76 @@ def test_edition_readme_is_the_students(edition):
         assert course[start:end if end >= 0 else None].strip() in readme
 
 
+def test_a_students_lesson_loses_its_known_bug_tags_and_nothing_else():
+    from grader.edition import student_lesson
+
+    lesson = ("- **No scale.** Divide by `sqrt(d_k)`.\n"
+              "  <!-- known bugs: no-scale -->\n"
+              "- **Top-left.** Use the bottom-right corner. <!-- known bugs: top-left,\n"
+              "  square-mask -->\n"
+              "<!-- a comment of another kind --> stays\n")
+    assert student_lesson(lesson) == ("- **No scale.** Divide by `sqrt(d_k)`.\n"
+                                      "- **Top-left.** Use the bottom-right corner.\n"
+                                      "<!-- a comment of another kind --> stays\n")
+
+
+def test_edition_lessons_and_notebooks_hold_no_known_bug_names(edition):
+    """The catalog's names are for tests/test_lessons.py, not for a student
+    who opens a lesson's raw file or a notebook's JSON."""
+    import nbformat
+
+    from grader.edition import student_lesson
+
+    for chapter in CHAPTERS:
+        course = (COURSE_ROOT / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+        theirs = (edition / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+        assert "<!-- known bugs:" in course and "known bugs:" not in theirs, chapter.folder
+        assert theirs == student_lesson(course)
+        mine, notebook = (nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+                          for path in (chapter.notebook(), chapter.notebook(edition)))
+        assert "known bugs:" not in chapter.notebook(edition).read_text(encoding="utf-8")
+        assert [cell.cell_type for cell in mine.cells] == [cell.cell_type for cell in notebook.cells]
+        assert [cell.source for cell in notebook.cells] == [
+            student_lesson(cell.source) if cell.cell_type == "markdown" else cell.source for cell in mine.cells]
+
+
+def test_edition_ships_no_instructors_file(edition):
+    """grader/README.md cites tests/ and solutions/, and the build's record
+    belongs to a build the edition refuses to run."""
+    assert (COURSE_ROOT / "grader" / "README.md").is_file()
+    assert not (edition / "grader" / "README.md").exists()
+    assert (COURSE_ROOT / "exercises" / ".build-record.json").is_file()
+    assert not (edition / "exercises" / ".build-record.json").exists()
+
+
+def test_edition_tells_a_student_no_instructors_command(edition):
+    from grader.cli import INSTRUCTOR_COMMANDS
+
+    named = [f"{path.relative_to(edition)}: mha-course {command}"
+             for path in [edition / "README.md", *(edition / "chapters").rglob("*"), *(edition / "exercises").rglob("*")]
+             if path.is_file() and path.suffix in (".md", ".py", ".ipynb")
+             for command in INSTRUCTOR_COMMANDS if f"mha-course {command}" in path.read_text(encoding="utf-8")]
+    assert not named, named
+
+
+def _commands_in_help(help_text: str) -> list[str]:
+    """The commands of typer's "Commands" panel, in order."""
+    panel = help_text[help_text.index("Commands"):]
+    return re.findall(r"^\W+ ([a-z]+)  ", panel, flags=re.MULTILINE)
+
+
+def test_both_readmes_name_the_commands_the_editions_help_lists(edition):
+    commands = _commands_in_help(_edition_grade(edition, "--help").stdout)
+    assert commands and "grade" in commands and "watch" in commands, commands
+    readme = (edition / "README.md").read_text(encoding="utf-8")
+    assert [command for command in commands if f"mha-course {command}" not in readme] == []
+    # The course's README, where it describes the edition's help.
+    course = " ".join((COURSE_ROOT / "README.md").read_text(encoding="utf-8").split())
+    sentence = re.search(r"its `mha-course --help` lists (.*?) only", course)
+    assert sentence is not None
+    assert re.findall(r"`([a-z]+)`", sentence.group(1)) == commands
+
+
 def test_edition_project_has_no_instructors_extras(edition):
     import tomllib
 

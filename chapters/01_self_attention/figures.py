@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 1 (run by ``mha-course build``).
+"""Draws the figures of chapter 1: ``figures()`` returns each SVG by its name in ``figures/``.
 
 Six tokens with hand-made 4-dimensional embeddings (``TOKENS`` and
 ``EMBEDDINGS`` of ``grader.figures``, shared with chapter 4; no randomness,

@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 2 (run by ``mha-course build``).
+"""Draws the figures of chapter 2: ``figures()`` returns each SVG by its name in ``figures/``.
 
 Everything is hand-made, with no randomness, so the figures are the same on
 every machine:

@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 3 (run by ``mha-course build``).
+"""Draws the figures of chapter 3: ``figures()`` returns each SVG by its name in ``figures/``.
 
 * ``split_heads.svg``: the features of a ``(T, D) = (4, 6)`` input dealt out
   to ``H = 3`` heads by ``split_heads``, next to what a reshape without the

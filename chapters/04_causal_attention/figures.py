@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 4 (run by ``mha-course build``).
+"""Draws the figures of chapter 4: ``figures()`` returns each SVG by its name in ``figures/``.
 
 * ``causal_mask.svg``: the causal mask of six tokens, which keys each query sees.
 * ``alignment.svg``: three new queries over six keys, aligned bottom-right

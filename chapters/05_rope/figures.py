@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 5 (run by ``mha-course build``).
+"""Draws the figures of chapter 5: ``figures()`` returns each SVG by its name in ``figures/``.
 
 Everything is computed here from hand-picked numbers (no randomness, and no
 import of the reference solution, which students do not receive):

@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 6 (run by ``mha-course build``).
+"""Draws the figures of chapter 6: ``figures()`` returns each SVG by its name in ``figures/``.
 
 Everything is computed here from the chapter's formulas (no randomness, and
 no import of the reference solution, which students do not receive):

@@ -1,4 +1,4 @@
-"""Draws the figure of chapter 8 (run by ``mha-course build``).
+"""Draws the figures of chapter 8: ``figures()`` returns each SVG by its name in ``figures/``.
 
 * ``architecture.svg``: the tiny language model from bottom to top, tokens
   to logits, with the shape of the tensor between every two stages and the
