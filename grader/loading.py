@@ -8,17 +8,27 @@ A syntax error should cost only the function it sits in, so a file that does
 not parse is repaired: the top-level block holding the error (a ``def`` with
 its decorators, or one statement) is blanked out, its name recorded as
 broken, and the rest parsed again.
+
+A submission is one file, as batch and Gradescope receive it: a module of
+the student's own beside it that it imports (``attention_helpers.py``) is
+not graded with it. One note at the top of the report says so, and a
+statement that imports only such modules is not run (it would fail).
 """
 
 from __future__ import annotations
 
 import __future__ as future_flags
 import ast
+import importlib.metadata
 import re
+import sys
 import tokenize
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from grader.catalog import CHAPTERS
+from grader.name_resolution import walk
 from grader.notebooks import NotebookCode, NotebookError, read_notebook
 
 MAX_REPAIRS = 25  # a file with more broken blocks than this is not worth saving
@@ -56,6 +66,9 @@ class Submission:
         broken: names whose definition had a syntax error, with the problem.
         problems: every syntax problem found, broken names included.
         notebook: for a notebook, where its cells sit in ``source``.
+        notes: on the file as a whole, for the top of its report: a module
+            of the student's own it imports, what a notebook's reading left
+            out or joined.
     """
 
     path: Path
@@ -65,6 +78,7 @@ class Submission:
     broken: dict[str, Problem] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     notebook: NotebookCode | None = None
+    notes: list[str] = field(default_factory=list)
 
     def where(self, line: int) -> str:
         """How a student finds a line of ``source``: ``line 12`` in a file,
@@ -206,4 +220,73 @@ def load_submission(path: Path, module_name: str) -> Submission:
     # where the student finds it.
     submission.problems = [replace(p, where=submission.where(p.line)) for p in problems]
     submission.broken = {problem.name: problem for problem in submission.problems if problem.name}
+    local = _local_modules(tree, path.parent, module_name)
+    if local:
+        # A statement that imports only those would fail in the worker: the
+        # note at the top says why, once, instead of a failed import.
+        submission.statements = [statement for statement in statements
+                                 if not _imports_only(statement[2], local.keys())]
+    submission.notes = _local_module_note(submission, local) + (notebook.notes if notebook else [])
     return submission
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The top-level modules an import statement names (none for a relative
+    import, which fails in Python itself: the file is no package)."""
+    if isinstance(node, ast.Import):
+        return [alias.name.partition(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [node.module.partition(".")[0]]
+    return []
+
+
+def _imports_only(node: ast.AST, modules: Collection[str]) -> bool:
+    """Is ``node`` an import statement of ``modules`` and nothing else?"""
+    names = _imported(node)
+    return bool(names) and set(names) <= set(modules)
+
+
+def _local_modules(tree: ast.Module, folder: Path, module_name: str) -> dict[str, int]:
+    """The student's own modules beside the file that its code imports
+    (``attention_helpers.py``, or a package folder), with the first line of
+    each import: none a worker can import. The course's chapter files are not
+    among them (a worker may import those, ``sandbox``), nor what is
+    installed. Imports where the grader never runs (``if __name__ ==
+    "__main__":``) are not read."""
+    chapters = {chapter.module for chapter in CHAPTERS} | {module_name}
+    found: dict[str, int] = {}
+    for node in walk(tree):
+        for name in _imported(node):
+            if name not in chapters and _beside(folder, name) and not _installed(name):
+                found[name] = min(found.get(name, node.lineno), node.lineno)
+    return dict(sorted(found.items(), key=lambda item: item[1]))
+
+
+def _installed(name: str) -> bool:
+    """Can a worker import ``name`` from this Python (a standard module, an
+    installed one, one the grader imported)?"""
+    return (name in sys.stdlib_module_names or name in sys.modules
+            or name in importlib.metadata.packages_distributions())
+
+
+def _beside(folder: Path, name: str) -> str | None:
+    """``name.py`` or ``name/``, when ``folder`` holds that module; else None."""
+    if (folder / f"{name}.py").is_file():
+        return f"{name}.py"
+    if (folder / name / "__init__.py").is_file():
+        return f"{name}/"
+    return None
+
+
+def _local_module_note(submission: Submission, local: dict[str, int]) -> list[str]:
+    """One note, when the file imports modules of the student's own
+    (``local``, by name, with the line of their first import): a submission
+    is one file (what batch and Gradescope receive), so they are not graded
+    with it, and what they would define is missing."""
+    if not local:
+        return []
+    own = submission.path.name
+    modules = " and ".join(_beside(submission.path.parent, name) for name in local)
+    lines = " and ".join(submission.where(line) for line in local.values())
+    return [f"only {own} is graded, not {modules} beside it, which it imports at {lines}: a submission "
+            f"is one file, as batch and Gradescope receive it; copy what you use of it into {own}"]

@@ -146,8 +146,7 @@ class RemoteSubmission:
         notes += [(line, f"{where(line)}, at import: {error}; grading went on without it")
                   for line, error in self._loaded_file.errors.items()]
         self.notes = [text for _, text in sorted(notes)]
-        if self.submission.notebook is not None:
-            self.notes = self.submission.notebook.notes + self.notes
+        self.notes = self.submission.notes + self.notes  # on the file as a whole: first
         if self._loaded_file.failure:
             self._load_failure = f"your file could not be run: {self._loaded_file.failure}"
 

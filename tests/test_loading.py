@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SOLUTION, statuses
+from conftest import CH01, SOLUTION, statuses
 from grader.loading import SubmissionError, load_submission, parse_with_repairs
 
 
@@ -99,3 +99,35 @@ def test_a_solution_saved_with_a_byte_order_mark_and_crlf_grades_full_marks(grad
     report = grade_source("\ufeff" + SOLUTION.replace("\n", "\r\n"))
     assert report.notes == {}
     assert set(statuses(report).values()) == {"passed"}
+
+
+HELPER = "def stable_max(x, dim):\n    return x.amax(dim=dim, keepdim=True)\n"
+
+
+def test_a_local_module_the_file_imports_is_named_once_as_not_graded(tmp_path: Path):
+    """A submission is one file (what batch and Gradescope receive): a module
+    of the student's own beside it is not graded with it, and the report says
+    so once, at the top, naming it."""
+    (tmp_path / "attention_helpers.py").write_text(HELPER, encoding="utf-8")
+    (tmp_path / "ch02_cross_attention.py").write_text("", encoding="utf-8")  # a chapter: graded beside it
+    path = tmp_path / CH01.file_name
+    path.write_text("import math\nimport attention_helpers\nfrom ch02_cross_attention import *\n\n"
+                    "def f(x):\n    from attention_helpers import stable_max\n    return stable_max(x, -1)\n\n"
+                    "if __name__ == '__main__':\n    import my_tests\n", encoding="utf-8")
+    (tmp_path / "my_tests.py").write_text("", encoding="utf-8")  # imported where the grader never runs
+    assert load_submission(path, CH01.module).notes == [
+        f"only {CH01.file_name} is graded, not attention_helpers.py beside it, which it imports at line 2: "
+        f"a submission is one file, as batch and Gradescope receive it; copy what you use of it into "
+        f"{CH01.file_name}"]
+
+
+def test_a_local_module_is_noted_at_the_top_of_the_report_and_nowhere_else(grade_source, tmp_path: Path):
+    (tmp_path / "attention_helpers.py").write_text(HELPER, encoding="utf-8")
+    source = "from attention_helpers import stable_max\n" + SOLUTION.replace(
+        "x.amax(dim=dim, keepdim=True)", "stable_max(x, dim)")
+    assert "stable_max(x, dim)" in source
+    report = grade_source(source)
+    notes = report.notes["ch01"]
+    assert notes[0].startswith(f"only {CH01.file_name} is graded, not attention_helpers.py beside it")
+    assert not [note for note in notes[1:] if "attention_helpers" in note]
+    assert statuses(report)["softmax"] == "failed"
