@@ -1,25 +1,28 @@
 """Grade a whole class: ``mha-course batch SUBMISSIONS``.
 
 SUBMISSIONS is a folder with one entry per student, and the student's id is
-the entry's name (without ``.zip``, ``.py`` or ``.ipynb``):
+the entry's name (without ``.zip``, ``.py`` or ``.ipynb``, and a loose
+file's without its chapter):
 
 * a folder holding the chapters' files (``ch01_self_attention.py`` and/or
   ``.ipynb``, or a name holding ``chNN`` as a word, ``alice_ch01.ipynb``), at
   its top or in folders below it: ``finding.find_chapters`` picks each
   chapter's file, by the rule the Gradescope autograder follows;
-* a single ``.py`` file or ``.ipynb`` notebook, whose chapter is the ``chNN``
-  in its name (``alice_ch01.py``);
-* a ``.zip`` of either, unpacked safely into a temporary folder.
+* loose ``.py`` files or ``.ipynb`` notebooks, each one's chapter the
+  ``chNN`` in its name: ``bob_ch01.py`` and ``bob_ch04.py`` are student ``bob``;
+* a ``.zip`` of a folder, unpacked safely into a temporary folder.
 
 Each student is graded on their own (one ``grade()`` call), in processes
 forked from this one, so torch is imported once for the whole class; their
 workers' fork servers come from a clean parent forked before any student
-(``sandbox.clean_parent``). Only the
-chapters a student submitted are graded; the other chapters' exercises score
-0. A submission that cannot be graded is a row with the reason, never the end
-of the batch.
+(``sandbox.clean_parent``). A batch grades the chapters it is given
+(``GradingOptions.chapters``, every chapter by default), and only those a
+student submitted; the others' exercises score 0. A submission that cannot
+be graded is a row with the reason, never the end of the batch.
 
-What a run writes into the out folder: ``grades.csv`` (a row per student),
+What a run writes into the out folder, which holds one class's grades of
+one set of chapters (``batch_state.claim``): ``grades.csv`` (a row per
+student, a column per exercise of the chapters graded),
 ``results/STUDENT.json`` (Gradescope's ``results.json`` schema; its output
 names the file graded for each chapter and why that one) and
 ``batch-state.json`` (each student's content hash, row and seed, so that a
@@ -49,8 +52,11 @@ from rich.text import Text
 
 from grader import forkserver, isolation, reaping
 from grader.batch_state import (
+    CSV_FILE,
     RESULTS_FOLDER,
+    Owner,
     StudentGrade,
+    claim,
     grader_fingerprint,
     load_state,
     results_intact,
@@ -71,9 +77,6 @@ from grader.isolation import Limits
 # so that the command line's checks of its arguments answer before torch loads.
 
 
-CSV_FILE = "grades.csv"
-
-
 @dataclass
 class BatchResult:
     """What ``run_batch`` did: every student's row, sorted by id, and which
@@ -85,6 +88,7 @@ class BatchResult:
     out: Path
     seed: int
     unprotected: str = ""  # which of the sandbox's protections this machine lacks (isolation.missing)
+    chapters: tuple[Chapter, ...] = CHAPTERS  # those the batch graded: the CSV's columns
 
 
 def exercise_key(chapter: Chapter, exercise_name: str) -> str:
@@ -92,14 +96,9 @@ def exercise_key(chapter: Chapter, exercise_name: str) -> str:
     return f"{chapter.id}/{exercise_name}"
 
 
-EXERCISE_KEYS = [exercise_key(chapter, exercise.name) for chapter in CHAPTERS for exercise in chapter.exercises]
-COURSE_POINTS = sum(chapter.points for chapter in CHAPTERS)
-
-
-# -- the class: SUBMISSIONS and each entry's content hash ----------------------------
-
-
-# -- one student's files ---------------------------------------------------------------
+def exercise_keys(chapters: tuple[Chapter, ...]) -> list[str]:
+    """The CSV's exercise columns: every exercise of ``chapters``, in order."""
+    return [exercise_key(chapter, exercise.name) for chapter in chapters for exercise in chapter.exercises]
 
 
 # -- grading one student (in a pool worker) -----------------------------------------
@@ -107,11 +106,13 @@ COURSE_POINTS = sum(chapter.points for chapter in CHAPTERS)
 
 @dataclass(frozen=True)
 class GradingOptions:
-    """What every student is graded with: the same seed (so the same inputs)
-    and the same limits, as ``mha-course grade`` takes them."""
+    """What every student is graded with: the same seed (so the same inputs),
+    the same limits, as ``mha-course grade`` takes them, and the chapters
+    graded (``batch --chapter``), in course order."""
 
     seed: int
     check_seconds: float = 10.0
+    chapters: tuple[Chapter, ...] = CHAPTERS
 
 
 def grade_student(entry: Entry, options: GradingOptions) -> StudentGrade:
@@ -126,7 +127,7 @@ def grade_student(entry: Entry, options: GradingOptions) -> StudentGrade:
             grade = _grade_entry(entry, Path(scratch), options)
     except Exception as error:  # a bug of the grader: one row says so, the batch goes on
         grade = _ungraded(entry, f"the grader failed on this submission ({type(error).__name__}: "
-                                 f"{error}); please report it")
+                                 f"{error}); please report it", options.chapters)
     grade.seconds = round(time.perf_counter() - started, 3)
     return grade
 
@@ -138,9 +139,9 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
     from grader.sandbox import Limits
 
     try:
-        targets, found = submission_targets(entry.paths, scratch)
+        targets, found = submission_targets(entry.paths, scratch, options.chapters)
     except Unusable as error:
-        return _ungraded(entry, str(error))
+        return _ungraded(entry, str(error), options.chapters)
     # A file the loader cannot read (not UTF-8, a notebook that is not JSON)
     # is left out with its reason; the student's other chapters are graded.
     readable, problems = [], {}
@@ -152,43 +153,45 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
             problems[chapter.id] = f"{chapter.id} not graded: {error}"
     note = "; ".join(problems.values())
     if not readable:
-        return _ungraded(entry, note)
+        return _ungraded(entry, note, options.chapters)
     limits = Limits.per_check(options.check_seconds)
     try:
         report = grade(readable, limits=limits, seed=options.seed)
     except GraderError as error:
-        return _ungraded(entry, f"the checks could not run: {str(error).splitlines()[0]}")
+        return _ungraded(entry, f"the checks could not run: {str(error).splitlines()[0]}", options.chapters)
     graded = [chapter.id for chapter, _ in readable]
     sources = found.sources()
     report.sources = {chapter_id: sources[chapter_id] for chapter_id in graded}  # as `grade` shows them
     if problems:
         report.notes["submission"] = list(problems.values())
-    scores = dict.fromkeys(EXERCISE_KEYS, 0)  # a chapter not graded scores 0
+    scores = dict.fromkeys(exercise_keys(options.chapters), 0)  # a chapter not graded scores 0
     scores.update({exercise_key(result.chapter, result.exercise.name): result.score
                    for result in report.exercises})
     files = {chapter_id: found.shown(found.chosen[chapter_id]) for chapter_id in graded}
+    results = _results(results_json(report), problems, report.seed, files, options.chapters)
     return StudentGrade(entry.student, entry.digest, scores, graded, note, known_bugs_in(report),
-                        seed=report.seed, results=_results(results_json(report), problems, report.seed, files))
+                        seed=report.seed, results=results)
 
 
-def _results(graded: dict, reasons: dict[str, str], seed: int | None, files: dict[str, str]) -> dict:
+def _results(graded: dict, reasons: dict[str, str], seed: int | None, files: dict[str, str],
+             chapters: tuple[Chapter, ...]) -> dict:
     """A student's results JSON, as the Gradescope autograder writes one:
     ``graded`` (``report.results_json`` of the chapters graded, whose output
-    names each file and why that one) with every other exercise of the
-    course at 0 points, saying why (``reasons`` by chapter id, else that
-    the chapter has no file), and ``extra_data``: the seed and, by chapter
-    id, the file graded."""
-    results = with_missing_chapters(graded, CHAPTERS, reasons)
+    names each file and why that one) with every other exercise of
+    ``chapters`` at 0 points, saying why (``reasons`` by chapter id, else
+    that the chapter has no file), and ``extra_data``: the seed and, by
+    chapter id, the file graded."""
+    results = with_missing_chapters(graded, chapters, reasons)
     results["extra_data"] = {"seed": seed, "files": files}
     return results
 
 
-def _ungraded(entry: Entry, reason: str) -> StudentGrade:
+def _ungraded(entry: Entry, reason: str, chapters: tuple[Chapter, ...]) -> StudentGrade:
     """The row of a submission that could not be graded: 0 points, the reason."""
     graded = {"output": f"submission: {reason}", "execution_time": 0.0, "tests": []}
-    reasons = {chapter.id: f"not graded: {reason}" for chapter in CHAPTERS}
-    return StudentGrade(entry.student, entry.digest, dict.fromkeys(EXERCISE_KEYS, 0), [], reason,
-                        results=_results(graded, reasons, None, {}))
+    reasons = {chapter.id: f"not graded: {reason}" for chapter in chapters}
+    return StudentGrade(entry.student, entry.digest, dict.fromkeys(exercise_keys(chapters), 0), [], reason,
+                        results=_results(graded, reasons, None, {}, chapters))
 
 
 def known_bugs_in(report) -> list[tuple[str, str, str]]:
@@ -233,21 +236,27 @@ def run_batch(
 
     Args:
         submissions: the folder with one entry per student.
-        out: where the grades go (created if need be).
-        options: seed and limits, the same for every student.
+        out: where the grades go (created if need be): a new folder, or the
+            one of an earlier batch of this class and these chapters.
+        options: seed, limits and chapters, the same for every student.
         jobs: processes grading students side by side.
         force: grade every student, changed or not.
         progress: called with ``(students done, students to grade, could
             not be graded)`` as students finish.
+
+    Raises:
+        OutFolderTaken: ``out`` holds grades of another class or other
+            chapters, or files no batch recorded; nothing was written.
     """
 
     from grader.sandbox import clean_parent, layers, preload
 
+    owner = Owner.of(submissions, options.chapters)
+    claim(out, owner)
     out.mkdir(parents=True, exist_ok=True)
-    (out / RESULTS_FOLDER).mkdir(exist_ok=True)
-    entries = list_entries(submissions, leave_out=out)
     fingerprint = _apart(grader_fingerprint)
-    previous, checks_changed = ({}, False) if force else load_state(out, fingerprint)
+    previous, checks_changed = ({}, False) if force else load_state(out, fingerprint, owner)
+    entries = list_entries(submissions, leave_out=out)
     grades = {entry.student: previous[entry.student] for entry in entries
               if entry.student in previous and previous[entry.student].digest == entry.digest
               and results_intact(out, previous[entry.student])}
@@ -255,16 +264,20 @@ def run_batch(
                      key=lambda entry: -entry.size)  # the largest first: the batch ends sooner
     retry: dict[str, StudentGrade] = {}
     broken = 0
+    # The folder is this class's from now on, before any of its results is
+    # written: a run cut short (killed) is still recognised as its own.
+    save_state(out, fingerprint, owner, grades)
+    (out / RESULTS_FOLDER).mkdir(exist_ok=True)
     if progress:
         progress(0, len(pending), 0)
     if len(pending) > 1:  # imported once here, not once per student
-        preload(CHAPTERS)
+        preload(options.chapters)
 
     def done(entry: Entry, grade: StudentGrade | None) -> None:
         nonlocal broken
         if grade is None:  # the grading process itself died (killed, out of memory)
             grade = _ungraded(entry, "the grader's process stopped while grading this submission; "
-                                     "run the batch again")
+                                     "run the batch again", options.chapters)
             retry[entry.student] = grade  # in the CSV, not in the state: graded again next run
         else:
             grades[grade.student] = grade
@@ -281,11 +294,11 @@ def run_batch(
             grade_each(pending, options, max(1, jobs), done)
     finally:
         # Even when interrupted: what was graded is kept, and not graded again.
-        save_state(out, fingerprint, grades)
+        save_state(out, fingerprint, owner, grades)
     rows = [grades.get(entry.student) or retry[entry.student] for entry in entries]
-    write_csv(out / CSV_FILE, rows)
+    write_csv(out / CSV_FILE, rows, options.chapters)
     return BatchResult(rows, {entry.student for entry in pending}, checks_changed, out, options.seed,
-                       isolation.missing(layers()))
+                       isolation.missing(layers()), options.chapters)
 
 
 def _apart(function: Callable[[], str]) -> str:
@@ -307,8 +320,8 @@ def student_seconds(options: GradingOptions) -> float:
     that hangs is skipped and the file run again), and a margin. Past it,
     the student's grading is stopped and the batch goes on."""
     limits = Limits.per_check(options.check_seconds)
-    exercises = sum(len(chapter.exercises) for chapter in CHAPTERS)
-    return exercises * limits.exercise_seconds + len(CHAPTERS) * 4 * limits.check_seconds + 30
+    exercises = sum(len(chapter.exercises) for chapter in options.chapters)
+    return exercises * limits.exercise_seconds + len(options.chapters) * 4 * limits.check_seconds + 30
 
 
 def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
@@ -346,7 +359,8 @@ def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
                     del running[fd]
                     grading.stop()
                     done(grading.entry, _ungraded(grading.entry, f"grading did not end within {limit:g} s "
-                                                  "and was stopped (a submission that hangs the grader?)"))
+                                                  "and was stopped (a submission that hangs the grader?)",
+                                                  options.chapters))
     finally:
         for grading in running.values():  # interrupted: nothing is left running
             grading.stop()
@@ -401,14 +415,16 @@ class _Grading:
             forkserver.stop_servers_of(self.pid)
 
 
-def write_csv(path: Path, rows: list[StudentGrade]) -> None:
-    """``student``, a column per exercise (``ch01/softmax``), ``total``, ``note``."""
+def write_csv(path: Path, rows: list[StudentGrade], chapters: tuple[Chapter, ...] = CHAPTERS) -> None:
+    """``student``, a column per exercise of ``chapters`` (``ch01/softmax``),
+    ``total`` (over those exercises), ``note``."""
+    keys = exercise_keys(chapters)
     with open(path.with_name(f".{path.name}.partial"), "w", newline="", encoding="utf-8") as stream:
         writer = csv.writer(stream)
-        writer.writerow(["student", *EXERCISE_KEYS, "total", "note"])
+        writer.writerow(["student", *keys, "total", "note"])
         for row in rows:
-            writer.writerow([row.student, *(row.scores.get(key, 0) for key in EXERCISE_KEYS),
-                             row.total, row.note])
+            scores = [row.scores.get(key, 0) for key in keys]
+            writer.writerow([row.student, *scores, sum(scores), row.note])
     path.with_name(f".{path.name}.partial").replace(path)
 
 
@@ -427,7 +443,7 @@ def print_summary(result: BatchResult, console: Console, top_bugs: int = 10) -> 
     table.add_column("exercise", no_wrap=True)
     for name in ("points", "submitted", "passed", "rate"):  # rate: passed / submitted the chapter
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    for chapter in CHAPTERS:
+    for chapter in result.chapters:
         submitted = [row for row in rows if chapter.id in row.graded]
         if not submitted:
             continue
@@ -454,7 +470,9 @@ def print_summary(result: BatchResult, console: Console, top_bugs: int = 10) -> 
     kept = len(rows) - len(result.graded_now)
     console.print(Text(f"{len(result.graded_now)} graded, {kept} unchanged (kept; --force regrades), "
                        f"{len(unusable)} with a note", style="bold"))
-    console.print(Text(f"class mean {mean:.1f} / {COURSE_POINTS} points", style="bold"))
+    points = sum(chapter.points for chapter in result.chapters)
+    graded = "" if result.chapters == CHAPTERS else f" ({', '.join(chapter.id for chapter in result.chapters)})"
+    console.print(Text(f"class mean {mean:.1f} / {points} points{graded}", style="bold"))
     console.print(Text(f"wrote {result.out / CSV_FILE} and {result.out / RESULTS_FOLDER}/STUDENT.json "
                        f"({seeds_used(result)})", style="dim"))
 

@@ -2,6 +2,12 @@
 (``StudentGrade``), the state file of the rows and the seeds they were
 graded with, signed so that only what the batch wrote is read back, and the
 fingerprint of the checks, whose change makes every grade stale.
+
+An out folder holds the grades of one class (its SUBMISSIONS folder) and
+one set of chapters (``Owner``), which the state records: a batch of
+another class or of other chapters refuses it (``claim``) rather than
+replace or mix its grades, and by default each writes a folder of its own
+(``default_out``).
 """
 
 from __future__ import annotations
@@ -11,14 +17,16 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader.catalog import COURSE_ROOT
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
 
+CSV_FILE = "grades.csv"
 STATE_FILE = "batch-state.json"
 RESULTS_FOLDER = "results"
-STATE_VERSION = 3  # 3: each row keeps the seed it was graded with
+STATE_VERSION = 4  # 3: each row keeps the seed it was graded with; 4: the class and chapters
 KEY_FILE = ".batch-key"  # the key of the state's MAC, readable by its owner only
 
 
@@ -29,7 +37,8 @@ class StudentGrade:
     Attributes:
         student: the student's id.
         digest: the entry's content hash when it was graded.
-        scores: ``{"ch01/softmax": points scored}`` for every exercise of the course.
+        scores: ``{"ch01/softmax": points scored}`` for every exercise of the
+            chapters the batch grades.
         graded: ids of the chapters that were graded (submitted and readable).
         note: why (part of) the submission could not be graded; "" when all was.
         bugs: ``(chapter id, exercise, bug name)`` of each catalog bug the
@@ -67,6 +76,87 @@ class StudentGrade:
         return cls(**{**kept, "bugs": [tuple(bug) for bug in kept.get("bugs", [])]})
 
 
+# -- whose grades an out folder holds ------------------------------------------------
+
+
+class OutFolderTaken(Exception):
+    """The out folder holds grades this batch did not write: another class's,
+    other chapters', or files no batch recorded. The message says which, in
+    one line."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose grades an out folder holds: a class, by its SUBMISSIONS folder
+    (resolved), and the ids of the chapters graded."""
+
+    submissions: str
+    chapters: tuple[str, ...]
+
+    @classmethod
+    def of(cls, submissions: Path, chapters: Sequence[Chapter]) -> Owner:
+        return cls(str(submissions.resolve()), tuple(chapter.id for chapter in chapters))
+
+
+def default_out(submissions: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Path:
+    """The out folder of a class when ``--out`` is not given: beside
+    SUBMISSIONS, named after it (``class-a/``: ``class-a-grades/``), so two
+    classes of one folder never share one; a batch of some chapters only
+    has its own (``class-a-grades-ch01-ch04/``), so this week's CSV does not
+    replace last week's."""
+    folder = submissions.resolve()
+    some = "" if list(chapters) == list(CHAPTERS) else "".join(f"-{chapter.id}" for chapter in chapters)
+    return folder.parent / f"{folder.name or 'class'}-grades{some}"
+
+
+def claim(out: Path, owner: Owner) -> None:
+    """Check that ``out`` may take ``owner``'s grades: it holds none yet, or
+    the state of a batch of the same class and chapters (a re-run). Writes
+    nothing.
+
+    Raises:
+        OutFolderTaken: it holds another class's grades, other chapters',
+            or a grades.csv or results/ that no batch recorded (a gradebook
+            export, an older version's run): replacing it would lose them.
+    """
+    recorded = recorded_owner(out)
+    if recorded is None:
+        written = [name for name in (CSV_FILE, RESULTS_FOLDER) if _holds(out / name)]
+        if written:
+            raise OutFolderTaken(f"{out} holds {' and '.join(written)}, which no batch of this version "
+                                 "recorded: choose another folder with --out")
+    elif recorded.submissions != owner.submissions:
+        raise OutFolderTaken(f"{out} holds the grades of another class ({recorded.submissions}): "
+                             "choose another folder with --out")
+    elif recorded.chapters != owner.chapters:
+        raise OutFolderTaken(f"{out} holds this class's grades of {', '.join(recorded.chapters)}, not of "
+                             f"{', '.join(owner.chapters)}: choose another folder with --out")
+
+
+def recorded_owner(out: Path) -> Owner | None:
+    """Whose grades the state in ``out`` says they are, whether or not its
+    MAC holds (refusing a folder is the safe side); None when there is no
+    state of this version."""
+    try:
+        state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("version") != STATE_VERSION:
+            return None
+        return Owner(str(state["owner"]["submissions"]), tuple(map(str, state["owner"]["chapters"])))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _holds(path: Path) -> bool:
+    """A file, or a folder with something in it."""
+    try:
+        return path.is_dir() and any(path.iterdir()) or path.exists() and not path.is_dir()
+    except OSError:
+        return True  # there, and unreadable: not ours to replace
+
+
+# -- the rows, from one run to the next ----------------------------------------------
+
+
 def grader_fingerprint(root: Path = COURSE_ROOT) -> str:
     """sha256 of what decides a verdict: the catalog, the checks, the known
     bugs and the reference solutions. When one changes (a new check, a fixed
@@ -82,16 +172,18 @@ def grader_fingerprint(root: Path = COURSE_ROOT) -> str:
     return digest.hexdigest()
 
 
-def load_state(out: Path, fingerprint: str) -> tuple[dict[str, StudentGrade], bool]:
+def load_state(out: Path, fingerprint: str, owner: Owner) -> tuple[dict[str, StudentGrade], bool]:
     """The rows of the last run, by student, and whether the checks changed
     since; no rows when they did (those grades may no longer hold), when
-    there is no state that can be read, or when its MAC does not hold: the
-    state is read back as grades, so only what this program wrote counts."""
+    there is no state that can be read, when its MAC does not hold (the
+    state is read back as grades, so only what this program wrote counts),
+    or when they are another owner's (a row of other chapters lacks these
+    chapters' scores: ``claim`` refuses such a folder first)."""
     try:
         state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") != STATE_VERSION or recorded_owner(out) != owner:
             return {}, False
-        if not hmac.compare_digest(str(state.get("mac")), _mac(out, state["grader"], state["students"])):
+        if not hmac.compare_digest(str(state.get("mac")), _mac(out, state["grader"], owner, state["students"])):
             return {}, False
         if state.get("grader") != fingerprint:
             return {}, True
@@ -100,17 +192,17 @@ def load_state(out: Path, fingerprint: str) -> tuple[dict[str, StudentGrade], bo
         return {}, False
 
 
-def save_state(out: Path, fingerprint: str, grades: dict[str, StudentGrade]) -> None:
+def save_state(out: Path, fingerprint: str, owner: Owner, grades: dict[str, StudentGrade]) -> None:
     students = {student: grade.state() for student, grade in sorted(grades.items())}
-    state = {"version": STATE_VERSION, "grader": fingerprint, "students": students,
-             "mac": _mac(out, fingerprint, students)}
+    state = {"version": STATE_VERSION, "grader": fingerprint, "owner": asdict(owner), "students": students,
+             "mac": _mac(out, fingerprint, owner, students)}
     write_atomically(out / STATE_FILE, json.dumps(state, indent=1))
 
 
-def _mac(out: Path, fingerprint: str, students: dict) -> str:
-    """HMAC-SHA256 of the state's rows under the out folder's key (made on
-    first use, readable by its owner only: workers, confined by Landlock,
-    cannot read the out folder at all)."""
+def _mac(out: Path, fingerprint: str, owner: Owner, students: dict) -> str:
+    """HMAC-SHA256 of the state's owner and rows under the out folder's key
+    (made on first use, readable by its owner only: workers, confined by
+    Landlock, cannot read the out folder at all)."""
     path = out / KEY_FILE
     try:
         key = path.read_bytes()
@@ -118,7 +210,7 @@ def _mac(out: Path, fingerprint: str, students: dict) -> str:
         key = secrets.token_bytes(32)
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
             file.write(key)
-    text = json.dumps({"grader": fingerprint, "students": students}, sort_keys=True)
+    text = json.dumps({"grader": fingerprint, "owner": asdict(owner), "students": students}, sort_keys=True)
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 

@@ -20,6 +20,7 @@ import stat
 import time
 import zipfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -149,23 +150,27 @@ def entry_digest(paths: tuple[Path, ...]) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def chapters_of(folder: Path) -> Found:
-    """The file to grade for each chapter of a student's folder, and why, as
-    ``finding.find_chapters`` picks them (the Gradescope autograder's rule).
+def chapters_of(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found:
+    """The file to grade for each of ``chapters`` in a student's folder, and
+    why, as ``finding.find_chapters`` picks them (the Gradescope autograder's
+    rule).
 
     Raises:
-        Unusable: no file names a chapter (the reason lists what is there).
+        Unusable: no file is one of ``chapters``' (the reason lists what is there).
     """
-    found = find_chapters(folder)
+    found = find_chapters(folder, chapters)
     if not found.chosen:
-        raise Unusable(_nothing_to_grade(folder, found.unnamed))
+        raise Unusable(_nothing_to_grade(folder, found, chapters))
     return found
 
 
-def _nothing_to_grade(folder: Path, unnamed: list[str]) -> str:
-    expected = f"expected names like {CHAPTERS[0].module}.py or .ipynb"
-    if unnamed:
-        return f"no file names its chapter ({expected}); found {', '.join(sorted(unnamed)[:4])}"
+def _nothing_to_grade(folder: Path, found: Found, chapters: Sequence[Chapter]) -> str:
+    expected = f"expected names like {chapters[0].module}.py or .ipynb"
+    if found.others:
+        return (f"no file for {_listed(chapters)}; found only other chapters' files: "
+                f"{', '.join(sorted(found.others)[:4])}")
+    if found.unnamed:
+        return f"no file names its chapter ({expected}); found {', '.join(sorted(found.unnamed)[:4])}"
     try:
         present = sorted(path.name for path in folder.iterdir() if not path.name.startswith("."))
     except OSError as error:
@@ -252,10 +257,17 @@ def _keep_time(path: Path, info: zipfile.ZipInfo) -> None:
         pass
 
 
-def submission_targets(paths: tuple[Path, ...], scratch: Path) -> tuple[list[tuple[Chapter, Path]], Found]:
-    """``(chapter, file)`` pairs to grade for one entry (``Entry.paths``), in
-    chapter order, and what was found, as the student named it
-    (``Found.sources``: each file graded and why that one); a zip is
+def _listed(chapters: Sequence[Chapter]) -> str:
+    """``ch01``, ``ch01 or ch04``, ``ch01, ch02 or ch04``."""
+    ids = [chapter.id for chapter in chapters]
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} or {ids[-1]}"
+
+
+def submission_targets(paths: tuple[Path, ...], scratch: Path,
+                       chapters: Sequence[Chapter] = CHAPTERS) -> tuple[list[tuple[Chapter, Path]], Found]:
+    """``(chapter, file)`` pairs to grade for one entry (``Entry.paths``), of
+    ``chapters``, in chapter order, and what was found, as the student named
+    it (``Found.sources``: each file graded and why that one); a zip is
     unpacked, loose files are copied, into ``scratch`` (an empty folder) first.
 
     Raises:
@@ -263,18 +275,18 @@ def submission_targets(paths: tuple[Path, ...], scratch: Path) -> tuple[list[tup
     """
     first = paths[0]
     if len(paths) == 1 and first.is_dir():
-        found = chapters_of(first)
+        found = chapters_of(first, chapters)
     elif len(paths) == 1 and first.suffix.lower() == ".zip":
         extract_zip(first, scratch)
-        found = chapters_of(scratch)
+        found = chapters_of(scratch, chapters)
     elif all(map(_loose, paths)):
-        found = _loose_chapters(paths, scratch)
+        found = _loose_chapters(paths, scratch, chapters)
     else:
         raise Unusable(f"{first.name} is not a folder, a .py file, an .ipynb notebook or a .zip")
-    return [(chapter, found.chosen[chapter.id]) for chapter in CHAPTERS if chapter.id in found.chosen], found
+    return [(chapter, found.chosen[chapter.id]) for chapter in chapters if chapter.id in found.chosen], found
 
 
-def _loose_chapters(files: tuple[Path, ...], scratch: Path) -> Found:
+def _loose_chapters(files: tuple[Path, ...], scratch: Path, chapters: Sequence[Chapter]) -> Found:
     """The chapter files of a student's loose files, copied into ``scratch``
     under their own names and found there by ``find_chapters``'s rule (of
     ``bob_ch01.py`` and ``bob_ch01.ipynb``, the one with more written).
@@ -291,7 +303,9 @@ def _loose_chapters(files: tuple[Path, ...], scratch: Path) -> Found:
             refused.append(file)
         else:
             shutil.copy2(file, copy)
-    found = find_chapters(scratch)
+    found = find_chapters(scratch, chapters)
+    if not found.chosen and found.others:
+        raise Unusable(_nothing_to_grade(scratch, found, chapters))
     if not found.chosen:
         raise Unusable("; ".join(_loose_reason(file) for file in files))
     found.ignored += [f"{file.name}: {_loose_reason(file)}" for file in refused]

@@ -124,6 +124,7 @@ class Found:
         chosen: by chapter id, the file to grade.
         why: by chapter id, why that file of several ("" when it was the only one).
         unnamed: files (shown) whose name gives no chapter of the course.
+        others: files (shown) of chapters not asked for.
         ignored: one line per file left out: the file, then why.
     """
 
@@ -131,6 +132,7 @@ class Found:
     chosen: dict[str, Path] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)
     unnamed: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
     def shown(self, path: Path) -> str:
@@ -171,6 +173,7 @@ def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found
             found.ignored.append(f"{found.shown(path)}: its name names no chapter "
                                  f"(expected names like {CHAPTERS[0].module}{path.suffix})")
         elif chapter not in chapters:
+            found.others.append(found.shown(path))
             found.ignored.append(f"{found.shown(path)}: {chapter.id} is not graded in this assignment")
         else:
             by_chapter.setdefault(chapter.id, []).append(path)

@@ -13,9 +13,29 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand
 
-from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, find_chapter
-from grader.cli import instructor_command, stderr, stdout, usage_error
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter
+from grader.cli import EDITION, app, instructor_command, stderr, stdout, usage_error
+
+
+class NamedArguments(TyperCommand):
+    """A command whose usage line names each argument as its help text does
+    (``SUBMISSIONS``, ``OUT``): typer wraps a required one in braces,
+    ``{submissions}``, which reads as a placeholder left unfilled."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument) and param.metavar:
+                pieces.append(param.metavar)
+            else:
+                pieces += param.get_usage_pieces(ctx)
+        return pieces
+
+
+# An instructor's command (hidden in the edition) with arguments named in its usage line.
+named_instructor_command = app.command(hidden=EDITION, cls=NamedArguments)
 
 
 @instructor_command
@@ -55,15 +75,33 @@ def verify(
     raise typer.Exit(0 if result.passed else 1)
 
 
-@instructor_command
+def _chapters(names: list[str] | None) -> tuple[Chapter, ...]:
+    """The chapters of ``--chapter`` options, in course order, each once;
+    every chapter when there is none. A name the course lacks is a usage error."""
+    try:
+        chapters = {find_chapter(name) for name in names or []}
+    except UnknownChapter as error:
+        usage_error(str(error))
+    return tuple(sorted(chapters, key=lambda chapter: chapter.number)) or CHAPTERS
+
+
+@named_instructor_command
 def batch(
     submissions: Annotated[Path, typer.Argument(
-        help="Folder with one entry per student: a folder laid out like exercises/, a single .py "
-        "or .ipynb with chNN in its name (alice_ch01.py), or a .zip of either. The student's id "
-        "is the entry's name without .zip, .py or .ipynb.", show_default=False)],
+        metavar="SUBMISSIONS",
+        help="Folder with one entry per student: a folder laid out like exercises/, the student's "
+        "loose .py or .ipynb files with chNN in their names (bob_ch01.py and bob_ch04.py are bob), "
+        "or a .zip of a folder. The student's id is the entry's name without .zip, .py or .ipynb "
+        "(and a loose file's chapter).", show_default=False)],
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Folder for grades.csv, results/STUDENT.json (Gradescope) and the state of "
-        "the last run.  \\[default: grades/ beside SUBMISSIONS]", show_default=False)] = None,
+        "--out", help="Folder for grades.csv, results/STUDENT.json (Gradescope) "
+        "and the state of the last run: a new one, or one of this class's and chapters' runs (any "
+        "other is refused, so no grades are replaced or mixed).  \\[default: SUBMISSIONS-grades/ "
+        "beside SUBMISSIONS; with --chapter, SUBMISSIONS-grades-ch01-ch04/]", show_default=False)] = None,
+    chapter: Annotated[list[str] | None, typer.Option(
+        "--chapter", "-c", metavar="<chapter>", help="A chapter to grade (repeat the option for several): "
+        "the CSV has its exercises only and totals over them.  \\[default: every chapter]",
+        show_default=False)] = None,
     jobs: Annotated[int, typer.Option(
         help="Students graded side by side.  \\[default: one per core]", show_default=False, min=0)] = 0,
     force: Annotated[bool, typer.Option(
@@ -80,25 +118,32 @@ def batch(
     A CSV row and a Gradescope results.json per student, and a summary of
     the class.
 
-    Only the chapters a student submitted are graded; the exercises of the
-    other chapters score 0. A submission that cannot be graded (an empty
-    folder, a corrupt zip, a notebook that is not JSON, a file whose chapter
-    cannot be told) gets a row with the reason in the note column. A re-run
-    grades only the students whose files changed (--force: all of them), and
-    everyone again when the checks or the solutions changed. Exit status 0
-    whatever the students scored."""
+    Only the chapters a student submitted are graded (of --chapter, or of
+    the course); the exercises of the others score 0. A submission that
+    cannot be graded (an empty folder, a corrupt zip, a notebook that is not
+    JSON, a file whose chapter cannot be told) gets a row with the reason in
+    the note column. A re-run grades only the students whose files changed
+    (--force: all of them), and everyone again when the checks or the
+    solutions changed. Exit status 0 whatever the students scored."""
     import secrets
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from grader.batch_state import OutFolderTaken, Owner, claim, default_out
+
     if not submissions.is_dir():
         usage_error(f"no such directory: {submissions}" if not submissions.exists()
                     else f"{submissions} is not a folder (expected one entry per student in it)")
-    out = out if out is not None else submissions.resolve().parent / "grades"
+    chapters = _chapters(chapter)
+    out = out if out is not None else default_out(submissions, chapters)
     if out.exists() and not out.is_dir():
         usage_error(f"--out {out} exists and is not a folder")
     if out.resolve() == submissions.resolve():
         usage_error(f"the out folder {out} is the submissions folder itself: choose another with --out")
+    try:  # before torch loads: a refusal answers at once
+        claim(out, Owner.of(submissions, chapters))
+    except OutFolderTaken as error:
+        usage_error(str(error))
 
     from grader.batch import GradingOptions, print_summary, run_batch
     from grader.class_folder import entry_paths
@@ -115,8 +160,10 @@ def batch(
         with Progress(*columns, console=stderr, transient=True) as progress:
             task = progress.add_task("students", total=None, broken=0)
             result = run_batch(
-                submissions, out, GradingOptions(seed, timeout), jobs or os.cpu_count() or 1, force,
+                submissions, out, GradingOptions(seed, timeout, chapters), jobs or os.cpu_count() or 1, force,
                 lambda done, total, broken: progress.update(task, completed=done, total=total, broken=broken))
+    except OutFolderTaken as error:  # another batch took it since the check above
+        usage_error(str(error))
     except OSError as error:  # the out folder cannot be written, SUBMISSIONS cannot be read
         usage_error(f"{error.filename or out}: {error.strerror}")
     print_summary(result, stdout)
@@ -153,7 +200,9 @@ def release(
 
 
 class Visibility(str, enum.Enum):
-    """When Gradescope shows students their results (Gradescope's own values)."""
+    """When Gradescope shows students their results (Gradescope's own values).
+    Listed in the option's help, where words wrap whole: as a metavar,
+    ``visible|after_due_date|...`` is cut mid-word at 80 columns."""
 
     visible = "visible"
     after_due_date = "after_due_date"
@@ -161,15 +210,16 @@ class Visibility(str, enum.Enum):
     hidden = "hidden"
 
 
-@instructor_command
+@named_instructor_command
 def gradescope(
     out: Annotated[Path, typer.Argument(
-        help="The zip to write, e.g. autograder.zip.", show_default=False)],
+        metavar="OUT", help="The zip to write, e.g. autograder.zip.", show_default=False)],
     chapter: Annotated[list[str] | None, typer.Option(
-        "--chapter", "-c", help="A chapter the assignment grades (repeat the option for several).  "
-        "\\[default: every chapter]", show_default=False)] = None,
+        "--chapter", "-c", metavar="<chapter>", help="A chapter the assignment grades (repeat the "
+        "option for several).  \\[default: every chapter]", show_default=False)] = None,
     visibility: Annotated[Visibility, typer.Option(
-        help="When students see their results on Gradescope.")] = Visibility.visible,
+        metavar="<when>", help="When students see their results on Gradescope: "
+        f"{', '.join(when.value for when in Visibility)}.")] = Visibility.visible,
     timeout: Annotated[float, typer.Option(
         help="Seconds of CPU time one check may take; an exercise may take four times that.",
         min=0.1)] = 10.0,
@@ -186,11 +236,7 @@ def gradescope(
         usage_error(f"{out} is a folder; name the zip file to write")
     if not out.parent.is_dir():
         usage_error(f"no such directory: {out.parent}")
-    try:
-        chapters = [find_chapter(name) for name in chapter or []] or list(CHAPTERS)
-    except UnknownChapter as error:
-        usage_error(str(error))
-    chapters = sorted(set(chapters), key=lambda c: c.number)
+    chapters = _chapters(chapter)
     try:
         names = write_bundle(out, chapters, visibility.value, timeout)
     except BundleError as error:

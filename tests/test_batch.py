@@ -20,12 +20,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from grader import batch, batch_state, class_folder
 from grader.class_folder import Unusable, extract_zip, list_entries
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.notebooks import notebook_text
+from test_finding import checks_pass  # noqa: F401 - the fixture: checks that pass every exercise given
 
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
 SOLUTION = CH01.solution().read_text(encoding="utf-8")
@@ -69,9 +71,9 @@ def zip_of(path: Path, members: dict[str, str | bytes], links: dict[str, str] | 
     return path
 
 
-def mha_course(*args: str, cwd: Path = COURSE_ROOT) -> subprocess.CompletedProcess:
+def mha_course(*args: str, cwd: Path = COURSE_ROOT, columns: int = 200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env={**os.environ, "COLUMNS": "200"})
+                          cwd=cwd, timeout=300, env={**os.environ, "COLUMNS": str(columns)})
 
 
 # -- the class -----------------------------------------------------------------------
@@ -299,8 +301,6 @@ def test_force_grades_everyone_again(tmp_path):
 
 
 def test_a_rerun_that_grades_nobody_names_the_seed_the_kept_results_had(tmp_path):
-    from rich.console import Console
-
     submissions, out = tmp_path / "class", tmp_path / "grades"
     write(submissions / "ada" / PY, SOLUTION)
     batch.run_batch(submissions, out, batch.GradingOptions(seed=3))
@@ -315,6 +315,111 @@ def test_a_rerun_that_grades_nobody_names_the_seed_the_kept_results_had(tmp_path
     mixed = batch.run_batch(submissions, out, batch.GradingOptions(seed=7))
     assert [row.seed for row in mixed.grades] == [3, 7]
     assert batch.seeds_used(mixed) == "seed 7; the results kept were graded with seed 3"
+
+
+# -- the out folder: one class's grades -------------------------------------------------
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {path.relative_to(folder).as_posix(): path.read_bytes()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def unreadable_class(folder: Path, *students: str) -> Path:
+    """A class whose files are not UTF-8: each student gets a row with a
+    note, and no check runs (these tests are about where the rows go)."""
+    for student in students:
+        write(folder / f"{student}_ch01.py", b"\xff\xfe")
+    return folder
+
+
+def test_two_classes_of_one_folder_keep_their_grades_apart(tmp_path):
+    for name, student in (("class-a", "ada"), ("class-b", "bo")):
+        done = mha_course("batch", str(unreadable_class(tmp_path / name, student)), "--seed", "1")
+        assert done.returncode == 0, done.stdout + done.stderr
+    for name, student in (("class-a", "ada"), ("class-b", "bo")):
+        out = tmp_path / f"{name}-grades"
+        assert set(read_csv(out / "grades.csv")) == {student}
+        assert sorted(path.name for path in (out / "results").iterdir()) == [f"{student}.json"]
+
+
+def test_an_out_folder_of_another_class_is_refused_and_left_as_it_was(tmp_path):
+    out = tmp_path / "shared"
+    first = mha_course("batch", str(unreadable_class(tmp_path / "class-a", "ada")), "--out", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept = files_of(out)
+    done = mha_course("batch", str(unreadable_class(tmp_path / "class-b", "bo")), "--out", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds the grades of another class" in done.stderr and str(tmp_path / "class-a") in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert files_of(out) == kept
+
+
+def test_an_out_folder_holding_grades_no_batch_recorded_is_refused(tmp_path):
+    out = tmp_path / "mine"
+    write(out / "grades.csv", "student,total\nada,99\n")  # a gradebook export, say
+    done = mha_course("batch", str(unreadable_class(tmp_path / "class", "ada")), "--out", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "grades.csv" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert files_of(out) == {"grades.csv": b"student,total\nada,99\n"}
+
+
+def test_an_out_folder_of_other_chapters_is_refused_and_left_as_it_was(tmp_path):
+    submissions = unreadable_class(tmp_path / "class", "ada")
+    out = tmp_path / "week1"
+    first = mha_course("batch", str(submissions), "--chapter", "ch01", "--out", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept = files_of(out)
+    done = mha_course("batch", str(submissions), "-c", "ch01", "-c", "ch04", "--out", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds this class's grades of ch01, not of ch01, ch04" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert files_of(out) == kept
+
+
+# -- a batch of some chapters ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("checks_pass")  # which files are graded, not how: no check runs
+def test_a_batch_of_some_chapters_grades_those_only(tmp_path):
+    ch04 = find_chapter("ch04")
+    submissions = tmp_path / "class"
+    write(submissions / "ada" / PY, SOLUTION)
+    write(submissions / "ada" / CH02.file_name, CH02_SOLUTION)  # not due this week
+    write(submissions / "bo_ch02.py", CH02_SOLUTION)  # nothing due this week
+    write(submissions / "cy_ch04.py", "x = 1\n")
+    chapters = (CH01, ch04)
+    out = batch_state.default_out(submissions, chapters)
+    assert out == tmp_path / "class-grades-ch01-ch04"  # beside the whole course's class-grades/
+    options = batch.GradingOptions(seed=3, chapters=chapters)
+    result = batch.run_batch(submissions, out, options)
+
+    assert {row.student: row.graded for row in result.grades} == {"ada": ["ch01"], "bo": [], "cy": ["ch04"]}
+    header = next(csv.reader(io.StringIO((out / "grades.csv").read_text(encoding="utf-8"))))
+    assert header == ["student", *(f"{chapter.id}/{exercise.name}" for chapter in chapters
+                                   for exercise in chapter.exercises), "total", "note"]
+    rows = read_csv(out / "grades.csv")
+    assert (rows["ada"]["total"], rows["cy"]["total"], rows["bo"]["total"]) == (str(CH01.points), str(ch04.points), "0")
+    assert rows["bo"]["note"] == "no file for ch01 or ch04; found only other chapters' files: bo_ch02.py"
+    ada = json.loads((out / "results" / "ada.json").read_text(encoding="utf-8"))
+    assert ada["max_score"] == CH01.points + ch04.points
+    assert {test["name"].split()[0] for test in ada["tests"]} == {"ch01", "ch04"}
+    summary = io.StringIO()
+    batch.print_summary(result, Console(file=summary, width=1000))
+    assert f"/ {CH01.points + ch04.points} points (ch01, ch04)" in summary.getvalue()
+    # A re-run of the same chapters keeps every row.
+    assert batch.run_batch(submissions, out, options).graded_now == set()
+
+
+def test_rows_of_other_chapters_are_never_read_back(tmp_path):
+    row = batch_state.StudentGrade("ada", "digest", {"ch01/softmax": 2}, ["ch01"])
+    week1 = batch_state.Owner.of(tmp_path, (CH01,))
+    batch_state.save_state(tmp_path, "checks", week1, {"ada": row})
+    assert batch_state.load_state(tmp_path, "checks", week1) == ({"ada": row}, False)
+    week2 = batch_state.Owner.of(tmp_path, (CH01, find_chapter("ch04")))
+    assert batch_state.load_state(tmp_path, "checks", week2) == ({}, False)
+    with pytest.raises(batch_state.OutFolderTaken, match="grades of ch01, not of ch01, ch04"):
+        batch_state.claim(tmp_path, week2)
 
 
 @pytest.mark.parametrize("make, message", [
@@ -332,9 +437,17 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, make, message):
 def test_help_states_the_rules():
     done = mha_course("batch", "--help")
     assert done.returncode == 0
-    for option in ("--out", "--jobs", "--force", "--timeout", "--seed"):
+    for option in ("--out", "--chapter", "--jobs", "--force", "--timeout", "--seed"):
         assert option in done.stdout
-    assert "score 0" in done.stdout and "grades/ beside SUBMISSIONS" in done.stdout
+    assert "score 0" in done.stdout and "SUBMISSIONS-grades/ beside SUBMISSIONS" in done.stdout
+
+
+def test_help_at_80_columns_names_the_argument_as_the_text_does():
+    done = mha_course("batch", "--help", columns=80)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: mha-course batch [OPTIONS] SUBMISSIONS" in done.stdout
+    assert "{" not in done.stdout
+    assert max(map(len, done.stdout.splitlines())) <= 80
 
 
 # -- the parts, in this process (no grading) -------------------------------------------
@@ -410,11 +523,12 @@ def test_a_zip_larger_than_the_cap_is_refused(tmp_path, monkeypatch):
 
 def test_changed_checks_make_the_last_runs_rows_void(tmp_path):
     row = batch_state.StudentGrade("ada", "digest", {"ch01/softmax": 2}, ["ch01"], bugs=[("ch01", "softmax", "x")])
-    batch_state.save_state(tmp_path, "checks-v1", {"ada": row})
-    assert batch_state.load_state(tmp_path, "checks-v1") == ({"ada": row}, False)
-    assert batch_state.load_state(tmp_path, "checks-v2") == ({}, True)
+    owner = batch_state.Owner.of(tmp_path, CHAPTERS)
+    batch_state.save_state(tmp_path, "checks-v1", owner, {"ada": row})
+    assert batch_state.load_state(tmp_path, "checks-v1", owner) == ({"ada": row}, False)
+    assert batch_state.load_state(tmp_path, "checks-v2", owner) == ({}, True)
     (tmp_path / batch_state.STATE_FILE).write_text("{not json")
-    assert batch_state.load_state(tmp_path, "checks-v1") == ({}, False)
+    assert batch_state.load_state(tmp_path, "checks-v1", owner) == ({}, False)
 
 
 def test_a_zip_keeps_when_each_file_was_saved(tmp_path):

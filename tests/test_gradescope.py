@@ -322,9 +322,18 @@ def test_an_assignment_of_some_chapters_with_results_after_the_due_date(tmp_path
 # -- the command -------------------------------------------------------------------------
 
 
-def mha_course(*args: str, cwd: Path = COURSE_ROOT) -> subprocess.CompletedProcess:
+def mha_course(*args: str, cwd: Path = COURSE_ROOT, columns: int = 200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120, env={**os.environ, "COLUMNS": "200"})
+                          cwd=cwd, timeout=120, env={**os.environ, "COLUMNS": str(columns)})
+
+
+def test_help_at_80_columns_names_the_zip_and_every_visibility_whole():
+    done = mha_course("gradescope", "--help", columns=80)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: mha-course gradescope [OPTIONS] OUT" in done.stdout
+    words = set(re.findall(r"[\w-]+", done.stdout))  # a choice cut at the column's edge is two words
+    assert {"visible", "after_due_date", "after_published", "hidden"} <= words
+    assert max(map(len, done.stdout.splitlines())) <= 80
 
 
 def test_the_command_writes_the_bundle(tmp_path, bundle):
