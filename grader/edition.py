@@ -246,9 +246,11 @@ def _write_bug_hints(folder: Path) -> int:
 WINDOW = 3  # consecutive code lines of a solution that count as revealing it
 
 
-def solution_blocks(root: Path = COURSE_ROOT) -> list[list[str]]:
+def solution_blocks(root: Path = COURSE_ROOT, given: list[str] | None = None) -> list[list[str]]:
     """The code lines of every ``# BEGIN SOLUTION`` ... ``# END SOLUTION``
-    block of the solutions, stripped, comments left out."""
+    block of the solutions, as ``_code_lines`` compares them. ``given``,
+    when a list, receives the code lines outside the blocks (what every
+    student is given)."""
     blocks = []
     for path in sorted((root / "solutions").glob("ch*.py")):
         block: list[str] | None = None
@@ -260,11 +262,35 @@ def solution_blocks(root: Path = COURSE_ROOT) -> list[list[str]]:
                 block = None
             elif block is not None:
                 block.extend(_code_lines(line))
+            elif given is not None:
+                given.extend(_code_lines(line))
     return blocks
 
 
 def _code_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    """Each line's code as a comparison sees it: no comment, no doctest
+    prompt, one space wherever there was space (a solution line pasted
+    with other comments or aligned otherwise is the same line)."""
+    lines = (" ".join(_without_comment(line).removeprefix(">>> ").removeprefix("... ").split())
+             for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def _without_comment(line: str) -> str:
+    """``line`` up to a ``#`` that is not inside a string literal."""
+    quote, escaped = "", False
+    for at, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote:
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            return line[:at]
+    return line
 
 
 def _text_lines(path: Path) -> list[str]:
@@ -277,30 +303,37 @@ def _text_lines(path: Path) -> list[str]:
 
 
 def revealing_passages(folder: Path, root: Path = COURSE_ROOT) -> list[str]:
-    """``file: passage`` for each passage of a solution found in the edition:
+    """``file: passage`` for each passage of a solution found in ``folder``
+    (the edition, or one file):
     three consecutive code lines of a solution block (the whole block when
     it is shorter); and any known bug's ``old`` or ``new`` text in the
     edition's bug catalog. Shorter passages are not counted: ``if mask is
     not None:`` followed by a ``masked_fill`` is everyone's, not the solution's."""
     from grader.known_bugs import KNOWN_BUGS
 
-    passages = {tuple(block[i:i + WINDOW]) for block in solution_blocks(root)
+    given: list[str] = []
+    passages = {tuple(block[i:i + WINDOW]) for block in solution_blocks(root, given)
                 for i in range(max(1, len(block) - WINDOW + 1)) if block}
+    # A block shorter than the window may be a line the solution gives
+    # outside its blocks too (``return self.forward_with_cache(x)[0]``).
+    passages -= _windows(given)
     # An edit is found as a string literal of its own (a hint may name
     # ``-1e9`` in its prose; the catalog's code held it as a literal).
     edits = {text for bugs in KNOWN_BUGS.values() for bug in bugs
              for text in (bug.old, bug.new) if len(text.strip()) >= 10}
     found = []
-    for path in sorted(folder.rglob("*")):
+    for path in [folder] if folder.is_file() else sorted(folder.rglob("*")):
         if not path.is_file() or path.suffix not in (".py", ".ipynb", ".md", ".toml", ".txt", ".ini", ".json"):
             continue
-        lines = _text_lines(path)
-        where = path.relative_to(folder)
-        windows = {tuple(lines[i:i + size]) for size in range(1, WINDOW + 1)
-                   for i in range(len(lines) - size + 1)}
-        found += [f"{where}: {' / '.join(passage)}" for passage in sorted(passages & windows)]
+        where = path.relative_to(folder) if folder.is_dir() else path.name
+        found += [f"{where}: {' / '.join(passage)}" for passage in sorted(passages & _windows(_text_lines(path)))]
         if path.suffix == ".py":
             text = path.read_text(encoding="utf-8")
             found += [f"{where}: {edit}" for edit in sorted(edits)
                       if any(literal in text for literal in (repr(edit), f'"{edit}"', f"'{edit}'"))]
     return found
+
+
+def _windows(lines: list[str]) -> set[tuple[str, ...]]:
+    """Every run of one to ``WINDOW`` consecutive lines."""
+    return {tuple(lines[i:i + size]) for size in range(1, WINDOW + 1) for i in range(len(lines) - size + 1)}

@@ -68,3 +68,29 @@ def test_the_lesson_lists_each_exercise_with_its_points(chapter):
         assert bool(row.group(2)) == exercise.optional, exercise.name
     assert f"**{chapter.points}**" in lesson
     assert f"mha-course grade {chapter.id}" in lesson
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_no_lesson_or_notebook_shows_an_exercise_s_solution(chapter):
+    """A lesson teaches an exercise in words, shapes and the odd line: its
+    text, the notebook's try and plot cells, the built notebook and the stub
+    hold no three consecutive code lines of a solution (the whole of a
+    shorter one), compared without comments or alignment."""
+    from grader.edition import revealing_passages
+
+    folder = COURSE_ROOT / "chapters" / chapter.folder
+    found = [passage for path in (folder / "README.md", folder / "notebook.py", chapter.notebook(), chapter.stub())
+             for passage in revealing_passages(path)]
+    assert not found, found
+
+
+def test_the_search_for_a_solution_sees_through_comments_and_alignment(tmp_path):
+    """The test above is not vacuous: a solution block pasted into a lesson's
+    code with its comments rewritten and its columns aligned is found."""
+    from grader.edition import revealing_passages, solution_blocks
+
+    block = max(solution_blocks(), key=len)
+    lesson = tmp_path / "README.md"
+    lesson.write_text("```python\n>>> " + "\n".join(f"{line}      # step {n}" for n, line in enumerate(block))
+                      + "\n```\n", encoding="utf-8")
+    assert len(revealing_passages(lesson)) == len(block) - 2
