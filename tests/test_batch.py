@@ -162,7 +162,7 @@ def graded_class(tmp_path_factory):
     """The class, graded once: the run, its CSV and its out folder."""
     root = tmp_path_factory.mktemp("batch")
     submissions = make_class(root / "submissions")
-    out = root / "grades"  # the default: grades/ beside the submissions
+    out = root / "submissions-grades"  # the default: beside the submissions, named after them
     done = mha_course("batch", str(submissions), "--jobs", "2", "--seed", "11")
     assert done.returncode == 0, done.stdout + done.stderr
     return done, read_csv(out / "grades.csv"), out, submissions
