@@ -151,6 +151,20 @@ def cross_attention(x, context, w_q, w_k, w_v, context_lengths=None):
     assert empty.hint is not None and "zero weights" in empty.hint
 
 
+def test_weights_that_hold_nan_are_said_to_hold_nan(grade_source):
+    # An inverted padding mask hides every key of a full-length context, and the
+    # plain softmax gives that query NaN: the property check and the check
+    # against the student's own earlier answer name it, instead of "not exactly
+    # 0 on padded keys" and "max abs error inf (expected nan, got nan)".
+    source = apply_bug(apply_bug(SOLUTION, _bug("padding-mask-inverted")), _bug("nan-for-empty-context"))
+    report = grade_source(source, chapter="ch02", only={"cross_attention"})
+    messages = {check.check: check.message for check in result_of(report, "cross_attention").failed_checks}
+    for title in ("weights are 0 on padded keys and each query's weights sum to 1 over the real keys",
+                  "changing the padded context tokens changes nothing"):
+        assert "NaN at [" in messages[title] and "every key of that query masked" in messages[title], messages[title]
+        assert "max abs error" not in messages[title] and "not exactly 0" not in messages[title]
+
+
 def test_combined_mask_for_three_dimensional_scores_is_refused(grade_source):
     # (B, 1, S) & attn_mask gives (B, L, S): right for chapter 1's (B, L, S)
     # scores, but against (B, H, L, S) the batch axis meets the heads.

@@ -143,6 +143,21 @@ def causal_self_attention(x, num_heads, w_q, w_k, w_v, w_o, lengths=None):
     assert "output 0 depends on a later token" in gradient
 
 
+def test_a_gradient_that_holds_nan_is_said_to_hold_nan_not_zero(grade_source):
+    # An inverted mask leaves the last query no key, and a plain softmax gives
+    # it NaN, which reaches every entry of the gradient: NaN fails both of the
+    # gradient check's tests, which would call it zero.
+    source = SOLUTION.replace('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')
+    source = source.replace("torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1).masked_fill(no_keys, 0.0)",
+                            "torch.softmax(scores, dim=-1)")
+    assert source.count("torch.softmax(scores, dim=-1)") == 1 and 'masked_fill(mask, float("-inf"))' in source
+    report = grade_source(source, chapter="ch04", only={"causal_self_attention"})
+    gradient = _failed(result_of(report, "causal_self_attention"))[
+        "output t has zero gradient with respect to tokens after t (autograd, float64)"]
+    assert "NaN at [" in gradient and "every key of that query masked" in gradient, gradient
+    assert "is zero" not in gradient
+
+
 def test_ignoring_the_lengths_fails_only_the_padding_checks(grade_source):
     source = SOLUTION.replace("    if lengths is not None:\n        keys = ",
                               "    if False:  # lengths forgotten\n        keys = ")

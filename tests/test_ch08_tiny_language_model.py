@@ -244,6 +244,18 @@ def test_a_block_without_the_causal_mask_is_caught_and_its_training_loss_is_too_
     assert "is the causal mask missing" in training.lower() and "step 0: " in training
 
 
+def test_a_model_whose_earlier_outputs_hold_nan_is_told_so(grade_source):
+    # The future mask inverted: the last position sees no key and gets NaN, which
+    # the second block spreads to every position. The causality check names the
+    # NaN instead of "changed the outputs at earlier positions (by up to nan)".
+    inverted = SOLUTION.replace('scores.masked_fill(future, float("-inf"))', 'scores.masked_fill(~future, float("-inf"))')
+    assert inverted != SOLUTION
+    report = grade_source(inverted, chapter="ch08", limits=TRAINING, only={"TinyLM"})
+    message = _failed(report, "TinyLM")["changing the last token changes no earlier position's logits"]
+    assert "NaN at [" in message and "every key of that query masked" in message, message
+    assert "by up to nan" not in message
+
+
 def test_unshifted_targets_fail_the_training_check_alone(grade_source):
     report = grade_source(apply_bug(SOLUTION, _bug("targets-not-shifted")), chapter="ch08", limits=TRAINING)
     assert statuses(report)["TransformerBlock"] == statuses(report)["TinyLM"] == "passed"

@@ -62,6 +62,33 @@ def broadcast_shape(*shapes) -> torch.Size:
     return torch.broadcast_tensors(*(scalar.expand(shape) for shape in shapes))[0].shape
 
 
+# Where attention's weights (or what is computed from them) hold NaN, the
+# likely cause, said after the place.
+NO_KEY = ("is every key of that query masked? Softmax over only -inf is NaN: a query with no key "
+          "to attend to gets zero weights (and True in a mask means it may attend)")
+
+
+def expect_finite(got, what: str, why: str = "", hint: str | None = None) -> None:
+    """No NaN or inf in ``got``, or a failure that names it and where.
+
+    A property test (``(w >= 0).all()``, sums to 1, a gradient's size) and a
+    comparison with the submission's own earlier answer read NaN as false
+    everywhere, and would name what it is not: negative entries, a zero
+    gradient, an error of inf. So they ask this first. ``why``, the likely
+    cause of NaN (``NO_KEY``), follows the place; ``hint`` is the known bug
+    the answer matches, where the test it comes before would give one.
+    Anything but a tensor is left to the test that follows, which says what it is.
+    """
+    if not isinstance(got, torch.Tensor):
+        return
+    for bad, name in ((torch.isnan(got), "NaN"), (torch.isinf(got), "inf")):
+        if bool(bad.any()):
+            at = f" at {bad.nonzero()[0].tolist()}" if got.dim() else ""
+            count = f"{int(bad.sum())} of {got.numel()} entries"
+            because = f"; {why}" if why and name == "NaN" else ""
+            fail(f"{what}: {name}{at} ({count}){because}", hint=hint, summary=f"{name}{at} ({count})")
+
+
 def run(submission, name: str, *args, **kwargs):
     """The submission's answer and a description of the call, for messages."""
     return submission.call(name, args, kwargs), submission.call_text(name, args, kwargs)

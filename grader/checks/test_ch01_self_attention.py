@@ -14,7 +14,9 @@ from grader.checks import (
     case_ids,
     exercise,
     expect_attention,
+    expect_finite,
     expect_gradients,
+    NO_KEY,
     Oracles,
     portability_check,
     portable,
@@ -83,6 +85,7 @@ def test_softmax_gives_probabilities(submission, inputs):
     for dim in (0, 1):
         got, call = run(submission, "softmax", x, dim=dim)
         expect_like(got, x, call)  # a tensor of x's shape and dtype, then the properties
+        expect_finite(got, call)
         expect_true(bool((got >= 0).all() and (got <= 1).all()),
                     f"{call} has entries outside [0, 1]")
         sums = got.sum(dim=dim)
@@ -214,6 +217,7 @@ def test_attention_weights_are_probabilities(submission, inputs):
     got, call = run(submission, "scaled_dot_product_attention", q, k, v, mask=mask)
     _, weights = unpack(got, ("output", "weights"), call)
     expect_like(weights, torch.empty(3, 6, 9), f"weights of {call}")
+    expect_finite(weights, f"weights of {call}", NO_KEY)
     sums = weights.sum(dim=-1)
     expect_true(bool((weights >= 0).all()), f"weights of {call} have negative entries")
     expect_true(torch.allclose(sums, torch.ones_like(sums), atol=1e-5),
@@ -320,6 +324,8 @@ def test_self_attention_is_permutation_equivariant(submission, inputs):
     shuffled, _ = run(submission, "self_attention", x[:, order], *weights)
     output, attention = unpack(plain, ("output", "weights"), call)
     output_shuffled, attention_shuffled = unpack(shuffled, ("output", "weights"), call)
+    expect_finite(output, f"output of {call}")
+    expect_finite(attention, f"weights of {call}")
     expect_close(output_shuffled, output[:, order],
                  f"output of {call} for shuffled tokens", reference="your unshuffled output, shuffled")
     expect_close(attention_shuffled, attention[:, order][:, :, order],

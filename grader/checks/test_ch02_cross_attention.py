@@ -22,8 +22,10 @@ from grader.checks import (
     case_ids,
     exercise,
     expect_attention,
+    expect_finite,
     expect_gradients,
     expect_raises,
+    NO_KEY,
     Oracles,
     portability_check,
     portable,
@@ -403,6 +405,8 @@ def test_cross_attention_full_lengths_equal_no_padding(submission, inputs):
     output, attention = unpack(plain, ("output", "weights"), call)
     output_full, attention_full = unpack(full, ("output", "weights"), call_full)
     expect_like(attention, torch.empty(2, 3, 5), f"weights of {call}")
+    expect_finite(attention, f"weights of {call}")
+    expect_finite(output, f"output of {call}")
     expect_close(attention_full, attention, f"weights of {_with_lengths(call_full, lengths)}",
                  reference="your weights without context_lengths")
     expect_close(output_full, output, f"output of {_with_lengths(call_full, lengths)}",
@@ -422,6 +426,8 @@ def test_cross_attention_ignores_padded_context(submission, inputs):
     output, attention = unpack(before, ("output", "weights"), call)
     output_changed, attention_changed = unpack(after, ("output", "weights"), call)
     expect_like(attention, torch.empty(3, 3, 6), f"weights of {call}")
+    expect_finite(attention, f"weights of {call}", NO_KEY)
+    expect_finite(output, f"output of {call}", NO_KEY)
     expect_close(attention_changed, attention, f"weights of {call} once the padded tokens change",
                  reference="your weights before the change")
     expect_close(output_changed, output, f"output of {call} once the padded tokens change",
@@ -437,6 +443,7 @@ def test_cross_attention_weights_are_probabilities_over_real_keys(submission, in
     call = _with_lengths(call, lengths)
     _, attention = unpack(got, ("output", "weights"), call)
     expect_like(attention, torch.empty(3, 2, 5), f"weights of {call}")
+    expect_finite(attention, f"weights of {call}", NO_KEY)
     padded = ~oracles.padding_mask(lengths, 5)[:, None, :].expand(-1, 2, -1)  # (B, L, S)
     expect_true(bool((attention[padded] == 0).all()),
                 f"weights of {call} are not exactly 0 on padded keys (positions >= context_lengths[b])")

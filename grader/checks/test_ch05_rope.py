@@ -22,14 +22,16 @@ import torch
 from grader.checks import (
     case_ids,
     exercise,
+    expect_finite,
     expect_gradients,
+    NO_KEY,
     Oracles,
     portability_check,
     portable,
     run,
     run_with_gradients,
 )
-from grader.compare import expect_close, expect_like, expect_true
+from grader.compare import expect_close, expect_like, expect_true, matching_hint
 
 # Other people's RoPE code, not the course's (grader/oracles/ch05.py).
 oracles = Oracles("ch05")
@@ -424,6 +426,7 @@ def test_rope_attention_default_positions_are_arange(submission, inputs):
     plain, call = run(submission, "rope_self_attention", *args)
     explicit, _ = run(submission, "rope_self_attention", *args, token_positions=torch.arange(6))
     expect_like(explicit, args[-1], call)
+    expect_finite(explicit, f"{call} with token_positions=arange(T)", NO_KEY)
     expect_close(plain, explicit, f"{call} without token_positions",
                  reference="your output with token_positions=arange(T)")
 
@@ -435,10 +438,11 @@ def test_rope_attention_depends_on_relative_positions(submission, bugs, inputs):
     plain, call = run(submission, "rope_self_attention", *args, token_positions=positions)
     shifted, _ = run(submission, "rope_self_attention", *args, token_positions=_below_max_seq_len(positions + 29))
     expect_like(plain, args[-1], call)
+    lookalikes = bugs.rope_self_attention(*args, token_positions=positions + 29)
+    expect_finite(plain, call, NO_KEY, hint=matching_hint(shifted, lookalikes))
     # Two runs of the same code at positions below 100: atol 1e-4 covers the
     # float32 rounding of angles that grow by 29.
-    expect_close(shifted, plain, f"{call} with every position shifted by 29",
-                 bugs=bugs.rope_self_attention(*args, token_positions=positions + 29), atol=1e-4,
+    expect_close(shifted, plain, f"{call} with every position shifted by 29", bugs=lookalikes, atol=1e-4,
                  reference="your output before the shift (only q and k turn, so only m - n counts)")
 
 

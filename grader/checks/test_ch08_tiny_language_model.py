@@ -46,7 +46,9 @@ from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import (
     case_ids,
     exercise,
+    expect_finite,
     expect_module_matches_reference,
+    NO_KEY,
     Oracles,
     portability_check,
     portable,
@@ -137,6 +139,8 @@ def _expect_causal(submission, name: str, recipe: ModuleCall, x, changed, what: 
             shape = f" of shape {shape_text(got.shape)}" if isinstance(got, torch.Tensor) else ""
             fail(f"{call} returned a {type(got).__name__}{shape}; expected a (B, T, ...) tensor for "
                  f"{what}s of shape {shape_text(x.shape)}")
+    for got in (before, after):
+        expect_finite(got[:, :-1], f"{call} at the positions before the last", NO_KEY)
     moved = float((before[:, :-1] - after[:, :-1]).abs().amax())
     if not moved <= 1e-5:
         fail(f"{call}: changing only the last {what} changed the outputs at earlier positions (by up to "
@@ -366,6 +370,7 @@ def test_model_fed_a_token_at_a_time_gives_its_own_forward(submission, inputs):
     if not isinstance(whole, torch.Tensor) or tuple(whole.shape) != (batch, length, vocab_size):
         fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
              f"{shape_text((batch, length, vocab_size))}")
+    expect_finite(whole, whole_call, NO_KEY)
     stepped = dataclasses.replace(recipe, method="forward_with_cache")
     cache, start = None, 0
     for stop in range(3, length + 1):  # a chunk of 3 tokens, then one at a time
@@ -587,6 +592,8 @@ def test_generate_agrees_with_your_own_model(submission, bugs, inputs, case):
     if not isinstance(whole, torch.Tensor) or tuple(whole.shape) != (batch, prompt_length + num_tokens - 1, vocab_size):
         fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
              f"{shape_text((batch, prompt_length + num_tokens - 1, vocab_size))}")
+    expect_finite(whole[:, prompt_length - 1:], f"{whole_call}[:, {prompt_length - 1}:]", NO_KEY,
+                  hint=matching_hint(got, lookalikes))
     try:
         expect_close(logits, whole[:, prompt_length - 1:], f"logits of {call}",
                      reference=f"your own {whole_call} at the positions before each new token (cached and "
