@@ -14,6 +14,7 @@ catalog's, so that this test can hold the lesson and the catalog together.
 import re
 
 import pytest
+import torch
 
 from grader.bugs import known_bugs_catalog
 from grader.catalog import CHAPTERS, COURSE_ROOT
@@ -63,3 +64,93 @@ def test_the_comments_are_hidden_from_a_reader():
     for chapter in CHAPTERS:
         text = _pitfalls(chapter)
         assert text.count("<!--") == text.count("-->"), chapter.folder
+
+
+# -- claims a reader can check with torch ---------------------------------------------------
+
+
+def _lesson(folder: str) -> str:
+    return (COURSE_ROOT / "chapters" / folder / "README.md").read_text(encoding="utf-8")
+
+
+def _paragraph(text: str, start: str) -> str:
+    """The paragraph (or list item) that begins with ``start``, its lines joined."""
+    at = text.index(start)
+    end = min(found for found in (text.find("\n\n", at), text.find("\n- ", at), len(text)) if found >= 0)
+    return " ".join(text[at:end].split())
+
+
+def test_ch02_a_misplaced_padding_mask_is_silent_with_one_query():
+    """A ``(B, S)`` mask against ``(B, L, S)`` scores meets ``L`` with ``B``:
+    an error where they differ, except where ``L = 1`` (a decoding step),
+    which broadcasts; the lesson says so where it says the rest."""
+    key_is_real = torch.arange(3) < torch.tensor([3, 1])[:, None]  # (B, S) = (2, 3)
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 4, 3).masked_fill(~key_is_real, float("-inf"))  # (B, L, S) = (2, 4, 3)
+    stretched = torch.zeros(2, 1, 3).masked_fill(~key_is_real, float("-inf"))  # L = 1
+    assert stretched.shape == (2, 2, 3)  # no error: every sequence's query under every padding
+    assert torch.where(key_is_real, torch.zeros(2, 1, 3), float("-inf")).shape == (2, 2, 3)
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 1, 3).masked_fill_(~key_is_real, float("-inf"))  # in place it cannot grow
+    lesson = _lesson("02_cross_attention")
+    for start in ("**The silent case.**", "- **A `(B, S)` mask against"):
+        assert "`L = 1`" in _paragraph(lesson, start), start
+    # Lengths without their None, (S,) against (B,): an error, but where either is 1.
+    with pytest.raises(RuntimeError):
+        torch.arange(5) < torch.tensor([3, 5, 2])
+    assert (torch.arange(1) < torch.tensor([3, 5, 2])).shape == (3,)
+    assert "or one of them is 1" in _paragraph(lesson, "- Broadcasting lines shapes up from the right.")
+
+
+def test_ch06_a_per_sequence_mask_broadcasts_over_a_single_head():
+    """A ``(B, L, S)`` mask against ``(B, H_q, L, S)`` scores meets the heads
+    with ``B``: with one head it broadcasts, and the lesson names that case."""
+    mask = torch.rand(2, 3, 5) < 0.5  # (B, L, S)
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 4, 3, 5).masked_fill(~mask, float("-inf"))  # H_q = 4
+    assert torch.zeros(2, 1, 3, 5).masked_fill(~mask, float("-inf")).shape == (2, 2, 3, 5)  # H_q = 1
+    paragraph = _paragraph(_lesson("06_grouped_query_attention"), "Broadcasting lines shapes up from the right.")
+    assert "$H_q = 1$" in paragraph and "(B, B, L, S)" in paragraph
+
+
+def _attention_with_lse(q, k, v, sees):
+    """Attention over the keys ``sees`` allows, and its log-sum-exp ((0, -inf) for no key)."""
+    scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~sees, float("-inf"))  # (L, S)
+    lse = torch.logsumexp(scores, dim=-1)  # (L,)
+    weights = torch.exp(scores - lse[:, None].masked_fill(torch.isneginf(lse)[:, None], 0.0))
+    return weights @ v, lse
+
+
+def _bottom_right(num_queries, num_keys):
+    """(L, S): query i sees keys 0 .. i + S - L (chapter 4)."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+
+
+def test_ch07_a_full_part_and_a_causal_part_merge_into_causal_attention_up_to_one_query_more():
+    """Part A seen whole and part B with its bottom-right mask merge into
+    causal attention over A and B exactly when ``L <= S_B + 1``; the lesson
+    states that condition."""
+    generator = torch.Generator().manual_seed(0)
+    keys_a, keys_b = 3, 4
+    k, v = torch.randn(keys_a + keys_b, 8, generator=generator, dtype=torch.float64), \
+        torch.randn(keys_a + keys_b, 5, generator=generator, dtype=torch.float64)
+    equal = {}
+    for queries in range(1, keys_b + 4):
+        q = torch.randn(queries, 8, generator=generator, dtype=torch.float64)
+        out_a, lse_a = _attention_with_lse(q, k[:keys_a], v[:keys_a], torch.ones(queries, keys_a, dtype=torch.bool))
+        out_b, lse_b = _attention_with_lse(q, k[keys_a:], v[keys_a:], _bottom_right(queries, keys_b))
+        lse = torch.logaddexp(lse_a, lse_b)
+        merged = torch.exp(lse_a - lse)[:, None] * out_a + torch.exp(lse_b - lse)[:, None] * out_b
+        whole, _ = _attention_with_lse(q, k, v, _bottom_right(queries, keys_a + keys_b))
+        equal[queries] = torch.allclose(merged, whole)
+    assert equal == {queries: queries <= keys_b + 1 for queries in equal}
+    paragraph = _paragraph(_lesson("07_memory_efficient_attention"), "So `tiled_attention` over two parts")
+    assert "$L \\le S_B + 1$" in paragraph
+
+
+def test_ch08_does_not_say_pre_norm_needs_no_warm_up():
+    """Pre-norm depends far less on a learning-rate warm-up (Xiong et al.,
+    2020), but large pre-norm models still warm up: GPT-3 and LLaMA did."""
+    paragraph = _paragraph(_lesson("08_tiny_language_model"), "*Pre-norm* means")
+    assert "trains without the learning-rate warm-up" not in paragraph
+    assert all(name in paragraph for name in ("Xiong et al.", "GPT-3", "LLaMA")), paragraph
