@@ -68,7 +68,7 @@ NO_KEY = ("is every key of that query masked? Softmax over only -inf is NaN: a q
           "to attend to gets zero weights (and True in a mask means it may attend)")
 
 
-def expect_finite(got, what: str, why: str = "", hint: str | None = None) -> None:
+def expect_finite(got, what: str, why: str = "", hint: str | None = None, nan_only: bool = False) -> None:
     """No NaN or inf in ``got``, or a failure that names it and where.
 
     A property test (``(w >= 0).all()``, sums to 1, a gradient's size) and a
@@ -77,11 +77,15 @@ def expect_finite(got, what: str, why: str = "", hint: str | None = None) -> Non
     gradient, an error of inf. So they ask this first. ``why``, the likely
     cause of NaN (``NO_KEY``), follows the place; ``hint`` is the known bug
     the answer matches, where the test it comes before would give one.
-    Anything but a tensor is left to the test that follows, which says what it is.
+    ``nan_only`` where that test passes inf (a comparison: inf equals inf),
+    so that this one fails nothing it passed. Anything but a tensor is left
+    to the test that follows, which says what it is.
     """
     if not isinstance(got, torch.Tensor):
         return
-    for bad, name in ((torch.isnan(got), "NaN"), (torch.isinf(got), "inf")):
+    kinds = {"NaN": torch.isnan} if nan_only else {"NaN": torch.isnan, "inf": torch.isinf}
+    for name, test in kinds.items():
+        bad = test(got)
         if bool(bad.any()):
             at = f" at {bad.nonzero()[0].tolist()}" if got.dim() else ""
             count = f"{int(bad.sum())} of {got.numel()} entries"

@@ -324,8 +324,8 @@ def test_self_attention_is_permutation_equivariant(submission, inputs):
     shuffled, _ = run(submission, "self_attention", x[:, order], *weights)
     output, attention = unpack(plain, ("output", "weights"), call)
     output_shuffled, attention_shuffled = unpack(shuffled, ("output", "weights"), call)
-    expect_finite(output, f"output of {call}")
-    expect_finite(attention, f"weights of {call}")
+    expect_finite(output, f"output of {call}", nan_only=True)
+    expect_finite(attention, f"weights of {call}", nan_only=True)
     expect_close(output_shuffled, output[:, order],
                  f"output of {call} for shuffled tokens", reference="your unshuffled output, shuffled")
     expect_close(attention_shuffled, attention[:, order][:, :, order],

@@ -253,7 +253,7 @@ def test_multi_head_attention_ignores_head_order(submission, inputs):
     renumbered, _ = run(submission, "multi_head_attention", query, key, value, heads, by_head(w_q, 0),
                         by_head(w_k, 0), by_head(w_v, 0), by_head(w_o, 1))
     expect_like(plain, torch.empty(2, 3, 4, 5), call)
-    expect_finite(plain, call)
+    expect_finite(plain, call, nan_only=True)
     expect_close(renumbered, plain, f"{call} with the heads renumbered",
                  reference="your output with the heads in their first order")
 

@@ -370,7 +370,7 @@ def test_model_fed_a_token_at_a_time_gives_its_own_forward(submission, inputs):
     if not isinstance(whole, torch.Tensor) or tuple(whole.shape) != (batch, length, vocab_size):
         fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
              f"{shape_text((batch, length, vocab_size))}")
-    expect_finite(whole, whole_call, NO_KEY)
+    expect_finite(whole, whole_call, NO_KEY, nan_only=True)
     stepped = dataclasses.replace(recipe, method="forward_with_cache")
     cache, start = None, 0
     for stop in range(3, length + 1):  # a chunk of 3 tokens, then one at a time
@@ -593,7 +593,7 @@ def test_generate_agrees_with_your_own_model(submission, bugs, inputs, case):
         fail(f"{whole_call} returned {describe(whole)}; expected logits of shape "
              f"{shape_text((batch, prompt_length + num_tokens - 1, vocab_size))}")
     expect_finite(whole[:, prompt_length - 1:], f"{whole_call}[:, {prompt_length - 1}:]", NO_KEY,
-                  hint=matching_hint(got, lookalikes))
+                  hint=matching_hint(got, lookalikes), nan_only=True)
     try:
         expect_close(logits, whole[:, prompt_length - 1:], f"logits of {call}",
                      reference=f"your own {whole_call} at the positions before each new token (cached and "
