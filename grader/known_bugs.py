@@ -9,14 +9,18 @@ twice:
 * while grading, when a value does not match the reference, the grader runs
   the buggy versions on the same inputs, in its own process (this is the
   course's code, not the student's), and when one gives the student's value
-  the message names the likely bug.
+  the message names the likely bug. When no single bug does, two bugs of the
+  same exercise made together may (``Combination``): a student who makes one
+  catalogued mistake often makes another.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import types
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +30,7 @@ import torch
 from grader.bugs import KnownBug, known_bugs_catalog
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
+from grader.recorded_values import equal
 
 class _Catalog(MutableMapping):
     """``{chapter id: its bugs}``, read from ``grader/bugs`` on first use.
@@ -79,22 +84,188 @@ def apply_bug(source: str, bug: KnownBug) -> str:
     """The solution's text with ``bug`` applied; ``old`` must occur exactly
     once in the function, so a changed solution breaks loudly here."""
     start, end = function_span(source, bug.exercise)
-    body = source[start:end]
-    if body.count(bug.old) != 1:
+    return source[:start] + _edited(source[start:end], bug) + source[end:]
+
+
+def _edited(definition: str, bug: KnownBug) -> str:
+    if definition.count(bug.old) != 1:
         raise ValueError(f"{bug.exercise}/{bug.name}: {bug.old!r} occurs "
-                         f"{body.count(bug.old)} times in the solution, expected once")
-    return source[:start] + body.replace(bug.old, bug.new) + source[end:]
+                         f"{definition.count(bug.old)} times in the solution, expected once")
+    return definition.replace(bug.old, bug.new)
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Known bugs of one exercise made together, each edit applied in turn.
+
+    A bug's hint names its mistake, so the combination's names each
+    distinct mistake once: the same slip on several lines (``x @ w_q``,
+    ``x @ w_k`` and ``x @ w_v``, three bugs with one hint) is one mistake.
+    """
+
+    parts: tuple[KnownBug, ...]
+
+    @property
+    def exercise(self) -> str:
+        return self.parts[0].exercise
+
+    @property
+    def name(self) -> str:
+        return "+".join(part.name for part in self.parts)
+
+    @property
+    def hint(self) -> str:
+        hints = list(dict.fromkeys(part.hint for part in self.parts))
+        if len(hints) == 1:
+            return hints[0]
+        mistakes = [hint.removeprefix("looks like ") for hint in hints]
+        return "looks like two mistakes together: " + "; and ".join(mistakes)
+
+
+def apply_bugs(source: str, bugs: Iterable[KnownBug]) -> str:
+    """The solution's text with every one of ``bugs`` applied, in turn."""
+    for bug in bugs:
+        source = apply_bug(source, bug)
+    return source
+
+
+def combinations(bugs: Sequence[KnownBug], exercise: str) -> list[Combination]:
+    """The combinations of ``exercise``'s bugs a grade tries when no single
+    one explains an answer: every pair, and each group of three or more that
+    share a hint (one slip on every line it can be made on). A bug that
+    raises (``error``) is matched by its message, alone."""
+    own = [bug for bug in bugs if bug.exercise == exercise and not bug.error]
+    groups = [tuple(bug for bug in own if bug.hint == hint) for hint in dict.fromkeys(b.hint for b in own)]
+    return ([Combination(pair) for pair in itertools.combinations(own, 2)] +
+            [Combination(group) for group in groups if len(group) >= 3])
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A chapter's solution, compiled once, and where each definition is.
+
+    ``spans``: a top-level function or class -> ``(start, end)``, the
+    character offsets of its text; ``imports``: those of the module's
+    import statements; ``redefined``: an exercise -> the
+    definitions to run again when it is edited, itself first, then those
+    the module builds from it as it runs (a subclass), in the file's order;
+    an exercise missing from it is compiled with the whole file
+    (``_buggy_module``).
+    """
+
+    source: str
+    code: types.CodeType
+    spans: dict[str, tuple[int, int]]
+    imports: tuple[tuple[int, int], ...]
+    redefined: dict[str, tuple[str, ...]]
+
+
+@cache
+def _reference(chapter: Chapter, root: Path) -> _Reference:
+    source = chapter.solution(root).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = {node.name: (starts[node.lineno - 1], starts[node.end_lineno])
+             for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    imports = tuple((starts[node.lineno - 1], starts[node.end_lineno])
+                    for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
+    reads = [(statement, {node.id for node in _run_at_definition(statement) if isinstance(node, ast.Name)})
+             for statement in tree.body]
+    redefined = {}
+    for exercise in spans:
+        names = [exercise]
+        for statement, read in reads:
+            if read & set(names) and getattr(statement, "name", None) not in names:
+                names.append(getattr(statement, "name", None))
+        # A decorator would be left out of the definition's text; a module
+        # constant built from the exercise has no text of its own here.
+        if None not in names and not any(node.decorator_list for node in tree.body
+                                         if getattr(node, "name", None) in names):
+            redefined[exercise] = tuple(sorted(names, key=lambda name: spans[name]))
+    # dont_inherit: the file's own __future__ imports, not this module's, as when it is imported.
+    return _Reference(source, compile(source, chapter.module, "exec", dont_inherit=True), spans, imports,
+                      redefined)
+
+
+def _run_at_definition(statement: ast.stmt) -> Iterator[ast.AST]:
+    """The nodes of a module's statement evaluated when the module runs and
+    kept in what it defines: all but the bodies of functions and lambdas,
+    and annotations (stored, never called)."""
+    pending: list[ast.AST] = [statement]
+    while pending:
+        node = pending.pop()
+        skipped: list = [getattr(node, "annotation", None), getattr(node, "returns", None)]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            skipped += node.body
+        elif isinstance(node, ast.Lambda):
+            skipped.append(node.body)
+        yield node
+        pending.extend(child for child in ast.iter_child_nodes(node) if not any(child is s for s in skipped))
+
+
+def _buggy_module(chapter: Chapter, name: str, bugs: Sequence[KnownBug], root: Path) -> types.ModuleType:
+    """The reference with ``bugs``, all of one exercise, applied.
+
+    The whole edited solution compiled anew would cost a parse of every
+    line for each bug (tens of milliseconds a chapter, hundreds of bugs and
+    combinations). So the reference runs as compiled once, and only the
+    exercise's edited definition (and what the module builds from it as it
+    runs, a subclass) is compiled and run after it: every other function
+    finds the edited one by name when called, as in the edited file.
+    """
+    reference, exercise = _reference(chapter, root), bugs[0].exercise
+    module = types.ModuleType(name)
+    if exercise not in reference.redefined:
+        exec(compile(apply_bugs(reference.source, bugs), name, "exec", dont_inherit=True), module.__dict__)
+        return module
+    start, end = reference.spans[exercise]
+    edited = reference.source[start:end]
+    for bug in bugs:
+        edited = _edited(edited, bug)
+    # Each definition at its own lines (blank lines before it), so that a
+    # traceback's line numbers are the file's; after the file's imports,
+    # which compile as in the file (its __future__ imports, and the calls
+    # on an imported module, which Python compiles apart).
+    pieces = sorted([*reference.imports, *(reference.spans[name] for name in reference.redefined[exercise])])
+    text, at = "", 0
+    for first, last in pieces:
+        text += "\n" * reference.source.count("\n", at, first)
+        text += edited if (first, last) == (start, end) else reference.source[first:last]
+        at = last
+    exec(reference.code, module.__dict__)
+    exec(compile(text, name, "exec", dont_inherit=True), module.__dict__)
+    return module
+
+
+@cache
+def _reference_module(chapter: Chapter, root: Path = COURSE_ROOT) -> types.ModuleType:
+    """The reference solution itself, run as the bugs' modules are."""
+    module = types.ModuleType(f"{chapter.module}__reference")
+    exec(_reference(chapter, root).code, module.__dict__)
+    return module
 
 
 @cache
 def buggy_modules(chapter: Chapter, root: Path = COURSE_ROOT) -> tuple[tuple[KnownBug, object], ...]:
     """Each known bug of ``chapter`` as a module built from the mutated solution."""
-    solution = chapter.solution(root).read_text(encoding="utf-8")
+    return tuple((bug, _buggy_module(chapter, f"{chapter.module}__{bug.exercise}__{bug.name}", [bug], root))
+                 for bug in KNOWN_BUGS.get(chapter.id, ()))
+
+
+@cache
+def combined_modules(chapter: Chapter, exercise: str,
+                     root: Path = COURSE_ROOT) -> tuple[tuple[Combination, object], ...]:
+    """Each ``combinations`` of ``exercise``'s bugs as a module; built on the
+    first answer no single bug explains."""
     modules = []
-    for bug in KNOWN_BUGS.get(chapter.id, ()):
-        module = types.ModuleType(f"{chapter.module}__{bug.exercise}__{bug.name}")
-        exec(compile(apply_bug(solution, bug), module.__name__, "exec"), module.__dict__)
-        modules.append((bug, module))
+    for combination in combinations(KNOWN_BUGS.get(chapter.id, ()), exercise):
+        name = f"{chapter.module}__{exercise}__{combination.name}"
+        try:
+            modules.append((combination, _buggy_module(chapter, name, combination.parts, root)))
+        except ValueError:  # two edits of one line: no student makes both
+            continue
     return tuple(modules)
 
 
@@ -138,21 +309,51 @@ class Lookalikes:
             except Exception:  # an output without that part explains nothing
                 continue
 
-    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug, object]]:
-        """Each bug that runs on these inputs, with its whole output; with no
-        ``seen``, in the order ``grader.recorded`` keeps for the student edition."""
+    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug | Combination, object]]:
+        """Each bug that runs on these inputs, with its whole output, then each
+        combination of the exercise's bugs; with no ``seen``, in the order
+        ``grader.recorded`` keeps for the student edition. A generator: the
+        combinations are built and run only when no single bug matched."""
         # The exercise's own bugs first: they are the likelier explanation.
         ordered = sorted(buggy_modules(self.chapter), key=lambda pair: pair[0].exercise != self.exercise)
+        own: dict[KnownBug, object] = {}
         for bug, module in seen_first(ordered, lambda pair: pair[0].hint, seen):
-            args, kwargs = _cloned(self.args), _cloned(self.kwargs)
-            try:
-                if self.module is None:
-                    output = getattr(module, self.function)(*args, **kwargs)
-                else:
-                    output = run_module_call(module, self.function, self.module, args, kwargs)
-            except Exception:  # a bug that cannot run on these inputs explains nothing
-                continue
-            yield bug, output
+            output = self._run(module)
+            if output is not _FAILED:
+                if bug.exercise == self.exercise:
+                    own[bug] = output
+                yield bug, output
+        # A bug that changes nothing on these inputs (a mask's bug, no mask
+        # given) adds nothing to another: its combinations are that other bug.
+        right = self._run(_reference_module(self.chapter))
+        unchanged = {bug for bug, output in own.items() if right is not _FAILED and _same(output, right)}
+        for combination, module in seen_first(combined_modules(self.chapter, self.exercise),
+                                              lambda pair: pair[0].hint, seen):
+            if unchanged.isdisjoint(combination.parts):
+                output = self._run(module)
+                if output is not _FAILED:
+                    yield combination, output
+
+    def _run(self, module: types.ModuleType) -> object:
+        """This call on ``module``'s function or class; ``_FAILED`` if it raises,
+        as a bug that cannot run on these inputs explains nothing."""
+        args, kwargs = _cloned(self.args), _cloned(self.kwargs)
+        try:
+            if self.module is None:
+                return getattr(module, self.function)(*args, **kwargs)
+            return run_module_call(module, self.function, self.module, args, kwargs)
+        except Exception:
+            return _FAILED
+
+
+_FAILED = object()
+
+
+def _same(a: object, b: object) -> bool:
+    try:
+        return equal(a, b)
+    except Exception:  # values of no kind it compares: not known to be the same
+        return False
 
 
 def _cloned(values):

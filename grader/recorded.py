@@ -40,7 +40,8 @@ from grader import wire
 from grader.catalog import COURSE_ROOT, Chapter, is_student_edition
 from grader.recorded_values import compacted, digest, equal, plain, value_of
 
-FORMAT = 1
+# 2: a lookalike may be a combination of bugs, recorded as the list of their indices.
+FORMAT = 2
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 INDEX = "index.json"
 
@@ -57,7 +58,8 @@ class Recording:
     Values are kept as plain trees (``recorded_values.plain``), as they are saved.
     ``answers``: digest of a call -> the reference's answer.
     ``lookalikes``: digest of a call -> ``[[bug indices, compact output]]``
-    in the order ``Lookalikes`` yields them; bugs whose outputs are equal
+    in the order ``Lookalikes`` yields them (a combination of bugs is the
+    list of its bugs' indices in place of one index); bugs whose outputs are equal
     share one entry, and bugs whose output is the reference's are left out
     (an answer that differs from the reference cannot match them).
     """
@@ -169,7 +171,7 @@ class RecordingBugs:
         return make
 
     def _record(self, function: str, args: tuple, kwargs: dict, recipe) -> None:
-        from grader.known_bugs import KNOWN_BUGS, Lookalikes, run_module_call
+        from grader.known_bugs import KNOWN_BUGS, Combination, Lookalikes, run_module_call
 
         key = digest(self._chapter.id, function, args, kwargs, recipe)
         if key in self._recording.lookalikes:
@@ -185,7 +187,9 @@ class RecordingBugs:
         for bug, output in lookalikes.outputs_by_bug():
             if right is not _NOTHING and equal(output, right):
                 continue
-            index = KNOWN_BUGS[self._chapter.id].index(bug)
+            catalog = KNOWN_BUGS[self._chapter.id]
+            index = ([catalog.index(part) for part in bug.parts] if isinstance(bug, Combination)
+                     else catalog.index(bug))
             # Bugs with equal outputs share one entry, at the first one's
             # place: the first bug whose output an answer matches is the
             # same either way, so the hint is too.
@@ -306,21 +310,29 @@ class ReplayLookalikes:
         return lambda: self._outputs(index)
 
     def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
-        from grader.known_bugs import KNOWN_BUGS, seen_first
+        from grader.known_bugs import KNOWN_BUGS, Combination, seen_first
 
-        bugs = KNOWN_BUGS.get(self._chapter.id, ())
-        # One (bug, output) pair per bug, in the recorded order, then the
-        # bugs seen earlier in the run first, as Lookalikes orders them.
-        pairs = [(bug, node) for indices, node in self._recording.lookalikes.get(self._key, ())
-                 for bug in indices]
-        for bug, node in seen_first(pairs, lambda pair: bugs[pair[0]].hint, self._seen):
+        catalog = KNOWN_BUGS.get(self._chapter.id, ())
+
+        def bug_of(index: int | list[int]):
+            return Combination(tuple(catalog[i] for i in index)) if isinstance(index, list) else catalog[index]
+
+        # One (bug, output) pair per bug, in the recorded order, then, as
+        # Lookalikes orders them, the single bugs before the combinations
+        # and in each the bugs seen earlier in the run first.
+        pairs = [(bug_of(index), node) for indices, node in self._recording.lookalikes.get(self._key, ())
+                 for index in indices]
+        singles = [pair for pair in pairs if not isinstance(pair[0], Combination)]
+        together = [pair for pair in pairs if isinstance(pair[0], Combination)]
+        for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
+                seen_first(together, lambda pair: pair[0].hint, self._seen):
             output = value_of(node)
             if index is not None:
                 try:
                     output = output[index]
                 except (TypeError, IndexError):  # as Lookalikes: an output without that part
                     continue
-            yield bugs[bug].hint, output
+            yield bug.hint, output
 
 
 # -- oracles ----------------------------------------------------------------------------

@@ -1,13 +1,16 @@
 """Every known bug is caught by the checks, and the feedback names it; an
 exercise's mistakes cost only the exercises built on it."""
 
+import types
+
 import pytest
 import torch
 
 from conftest import (SOLUTION, affected_by, limits_for, replace_function, result_of, solution_source,
                       statuses, stub_source)
 from grader.catalog import CHAPTERS
-from grader.known_bugs import KNOWN_BUGS, Lookalikes, apply_bug, function_span
+from grader.known_bugs import (KNOWN_BUGS, Lookalikes, apply_bug, apply_bugs, buggy_modules, combined_modules,
+                               function_span)
 
 ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
 EXERCISES = [(chapter, exercise) for chapter in CHAPTERS for exercise in chapter.exercises]
@@ -87,3 +90,78 @@ def test_a_bug_already_matched_in_the_run_is_tried_first():
     seen.append(plain[3])  # a later check of the run matched this one
     reordered = [hint for hint, _ in lookalikes()]
     assert reordered[0] == plain[3] and sorted(reordered) == sorted(plain)
+
+
+def _bug(exercise: str, name: str):
+    return next(bug for bug in KNOWN_BUGS["ch01"] if (bug.exercise, bug.name) == (exercise, name))
+
+
+def test_one_slip_made_on_every_line_gets_its_hint(grade_source):
+    """All three projections without .T: three bugs of one hint, made together."""
+    slips = [_bug("self_attention", name) for name in ("x-times-w", "x-times-w-for-keys", "x-times-w-for-values")]
+    report = grade_source(apply_bugs(SOLUTION, slips))
+    result = result_of(report, "self_attention")
+    assert result.status == "failed"
+    # The checks that compare with the reference name it; the others (PyTorch's answer) cannot.
+    assert {check.hint for check in result.failed_checks} - {None} == {slips[0].hint}
+
+
+def test_two_catalogued_mistakes_made_together_are_both_named(grade_source):
+    unscaled, over_queries = _bug("scaled_dot_product_attention", "no-scale"), \
+        _bug("scaled_dot_product_attention", "softmax-over-queries")
+    report = grade_source(apply_bugs(SOLUTION, [unscaled, over_queries]))
+    hints = {check.hint for check in result_of(report, "scaled_dot_product_attention").failed_checks}
+    together = [hint for hint in hints - {None} if hint.startswith("looks like two mistakes together: ")]
+    assert len(together) == 1, hints
+    assert unscaled.hint.removeprefix("looks like ") in together[0]
+    assert over_queries.hint.removeprefix("looks like ") in together[0]
+    # Where d_k = 1 the scale is 1, and the softmax's axis alone explains the answer.
+    assert hints - {None} <= {together[0], over_queries.hint}
+
+
+def test_a_single_bug_that_explains_an_answer_wins_over_any_combination():
+    x = torch.randn(2, 3, 5)
+    hints = [hint for hint, _ in Lookalikes(CHAPTERS[0], "softmax", (x,), {"dim": -1})()]
+    singles = len(KNOWN_BUGS["ch01"])  # every bug of the chapter runs; the exercise's own first
+    assert sorted(hints[:singles]) == sorted(bug.hint for bug in KNOWN_BUGS["ch01"])
+    assert len(hints) > singles
+    assert all(hint.startswith("looks like two mistakes together") for hint in hints[singles:])
+
+
+def _code(code: types.CodeType) -> types.CodeType:
+    """``code`` without where it was compiled: the file's name, and its line
+    numbers (an edit of two lines into one moves every later function)."""
+    consts = tuple(_code(const) if isinstance(const, types.CodeType) else const for const in code.co_consts)
+    return code.replace(co_filename="", co_firstlineno=1, co_linetable=b"", co_consts=consts)
+
+
+def _definitions(module) -> dict[str, object]:
+    """A module's functions and classes as their code: a class as the methods of
+    every class of its own module it is made of (a subclass, its base)."""
+    found = {}
+    for name, value in vars(module).items():
+        if isinstance(value, types.FunctionType):
+            found[name] = _code(value.__code__)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            found[name] = [(klass.__qualname__, {key: _code(item.__code__) for key, item in vars(klass).items()
+                                                 if isinstance(item, types.FunctionType)})
+                           for klass in value.__mro__ if klass.__module__ == module.__name__]
+    return found
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda chapter: chapter.id)
+def test_a_bug_module_built_from_its_edited_definition_is_the_edited_file(chapter):
+    """known_bugs compiles only an edited exercise (and its subclasses) over
+    the reference; the functions and classes must be those of the whole
+    edited file compiled, for every bug and every combination."""
+    source = solution_source(chapter)
+    for bug, module in buggy_modules(chapter):
+        whole = types.ModuleType(module.__name__)
+        exec(compile(apply_bug(source, bug), module.__name__, "exec", dont_inherit=True), whole.__dict__)
+        assert _definitions(module) == _definitions(whole), bug.name
+    for exercise in chapter.exercises:
+        for combination, module in combined_modules(chapter, exercise.name):
+            whole = types.ModuleType(module.__name__)
+            exec(compile(apply_bugs(source, combination.parts), module.__name__, "exec", dont_inherit=True),
+                 whole.__dict__)
+            assert _definitions(module) == _definitions(whole), combination.name

@@ -10,6 +10,9 @@ _SUM_OF_EVERYTHING = "looks like you divide by the sum of all entries instead of
 _LAST_AXIS_SUM = ("looks like the sum runs over the last axis whatever dim says: sum along "
                   "dim (keepdim=True) so that each slice along dim sums to 1")
 
+_X_TIMES_W = ("looks like the projections compute x @ W instead of x @ W.T (weights are "
+              "stored (d_out, d_in), as nn.Linear stores them)")
+
 BUGS = (
     KnownBug("softmax", "no-max-shift", _NO_MAX,
              "exps = torch.exp(x - shift)", "exps = torch.exp(x)"),
@@ -47,10 +50,10 @@ BUGS = (
              "weights = softmax(scores.masked_fill(no_keys, 0.0), dim=-1)  # (..., L, S)\n"
              "    weights = weights.masked_fill(no_keys, 0.0)",
              "weights = softmax(scores, dim=-1)  # (..., L, S)"),
-    KnownBug("self_attention", "x-times-w",
-             "looks like the projections compute x @ W instead of x @ W.T (weights are "
-             "stored (d_out, d_in), as nn.Linear stores them)",
-             "q = x @ w_q.T", "q = x @ w_q"),
+    # One slip, three lines: each alone, and all three together (known_bugs.combinations).
+    KnownBug("self_attention", "x-times-w", _X_TIMES_W, "q = x @ w_q.T", "q = x @ w_q"),
+    KnownBug("self_attention", "x-times-w-for-keys", _X_TIMES_W, "k = x @ w_k.T", "k = x @ w_k"),
+    KnownBug("self_attention", "x-times-w-for-values", _X_TIMES_W, "v = x @ w_v.T", "v = x @ w_v"),
     KnownBug("self_attention", "query-weights-for-keys",
              "looks like the keys are projected with w_q instead of w_k",
              "k = x @ w_k.T", "k = x @ w_q.T"),
