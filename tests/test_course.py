@@ -94,3 +94,43 @@ def test_the_search_for_a_solution_sees_through_comments_and_alignment(tmp_path)
     lesson.write_text("```python\n>>> " + "\n".join(f"{line}      # step {n}" for n, line in enumerate(block))
                       + "\n```\n", encoding="utf-8")
     assert len(revealing_passages(lesson)) == len(block) - 2
+
+
+# -- the README's figures -------------------------------------------------------------------
+
+README = COURSE_ROOT / "README.md"
+# A figure with a unit of time or size: a measurement, unless it is one of these.
+MEASURED = re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s|min|KB|MB|GB|KiB|MiB|GiB)\b")
+SETTINGS = {
+    "64 MiB": "the largest file a worker may write, an rlimit (grader/isolation.py)",
+    "768 MB": "Gradescope's default memory for an autograder, not a figure of ours",
+}
+
+
+def _readme_paragraphs() -> list[str]:
+    """The README's paragraphs and list items, each on one line."""
+    text = README.read_text(encoding="utf-8")
+    return [" ".join(part.split()) for block in text.split("\n\n") for part in re.split(r"\n(?=- )", block)]
+
+
+def test_every_measured_figure_of_the_readme_says_when_and_which_bench_script():
+    """A time or a size measured on one machine goes stale as the code
+    changes: beside it, the date it was measured and the script in bench/
+    that measures it again."""
+    unsourced = []
+    for paragraph in _readme_paragraphs():
+        figures = [figure for figure in MEASURED.findall(paragraph) if figure not in SETTINGS]
+        scripts = [name for name in re.findall(r"\b(\w+\.py)\b", paragraph) if (COURSE_ROOT / "bench" / name).is_file()]
+        if figures and not (re.search(r"\b20\d\d-\d\d-\d\d\b", paragraph) and scripts):
+            unsourced.append(f"{', '.join(figures)}: {paragraph[:80]}")
+    assert not unsourced, unsourced
+
+
+def test_the_readme_counts_no_tests_and_counts_the_corpus_right():
+    """The suite's count changes with every test: the README gives none. The
+    corpus of correct styles it counts is the one tests/ holds."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert not re.findall(r"\b\d[\d,]* tests\b", text)
+    corpus = len(list((COURSE_ROOT / "tests" / "correct_styles").glob("ch*.py")))
+    counted = re.findall(r"`tests/correct_styles/` holds (\d+) whole chapters", text)
+    assert counted and all(int(count) == corpus for count in counted), (counted, corpus)
