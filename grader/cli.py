@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from grader.catalog import (
     CHAPTERS,
@@ -42,13 +43,38 @@ from grader.finding import chapter_choice
 EDITION = is_student_edition()
 INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
 
+
+class _FlagsTakeNoValue:
+    """Help that shows no value for a flag. typer shows the type of every
+    option's value, a flag's too: ``--json <bool>`` reads as if ``--json
+    true`` were how to write it, and that is an error (``true`` is taken for
+    a target)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""  # shown instead of the type
+        return params
+
+
+class Command(_FlagsTakeNoValue, TyperCommand):
+    """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
+
+
+class Group(_FlagsTakeNoValue, TyperGroup):
+    """``mha-course`` itself, whose ``--help`` is a flag too."""
+
+
 app = typer.Typer(
     help="Grade the exercises of the attention course." if EDITION else
     "Grade the exercises of the attention course, and build them from the solutions.",
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
-instructor_command = app.command(hidden=EDITION)  # as @app.command(), hidden in the edition
+student_command = app.command(cls=Command)
+instructor_command = app.command(hidden=EDITION, cls=Command)  # hidden in the edition
 stdout = Console()
 stderr = Console(stderr=True)
 
@@ -76,6 +102,9 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
     ``directory``. ``why`` is empty where there was no choice to make.
     """
     def folder() -> Path:
+        if directory.is_file():
+            instead = ": name it as a target, without --dir" if directory.suffix in SUBMISSION_SUFFIXES else ""
+            usage_error(f"--dir {directory} is a file, not a folder{instead}")
         if not directory.is_dir():
             usage_error(f"no such directory: {directory}")
         return directory
@@ -92,6 +121,9 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
         as_path = Path(target)
         try:
             if as_path.suffix or as_path.is_file():
+                if as_path.is_dir():
+                    usage_error(f"{target} is a folder, not a file: to grade the files in it, "
+                                f"use --dir {target}")
                 if as_path.suffix not in SUBMISSION_SUFFIXES:
                     usage_error(f"{target}: only .py files and .ipynb notebooks can be graded")
                 if not as_path.is_file():
@@ -104,6 +136,11 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
                     usage_error(f"no file {folder() / chapter.module}.py (or .ipynb) for {chapter.id}")
                 path, why = choice
         except UnknownChapter as error:
+            if as_path.is_dir():  # a chapter's name first, then a folder of that name
+                usage_error(f"{target} is a folder: to grade the files in it, use --dir {target}")
+            if target.lower() in ("true", "false"):  # --solutions true, --json false
+                usage_error(f"unknown chapter {target!r}: a flag (--solutions, --json, --verbose) "
+                            "takes no value")
             usage_error(str(error))
         if chapter.id in chosen and chosen[chapter.id][1].resolve() != path.resolve():
             usage_error(f"two files for {chapter.id}: {chosen[chapter.id][1]} and {path}")
@@ -150,9 +187,12 @@ Where = Annotated[Device, typer.Option(help="Where the checks run.")]
 Timeout = Annotated[float, typer.Option(
     help="Seconds of CPU time one check may take; an exercise may take four times that.", min=0.1)]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
+# The student edition grades with the seeds it recorded (grader.recorded), never a fresh one.
+WHICH_SEEDS, DEFAULT_SEED = ((": one of the seeds this edition recorded, the only ones it grades with",
+                              "one of them, at random") if EDITION else ("", "a fresh one"))
 
 
-@app.command()
+@student_command
 def grade(
     targets: Targets = None,
     directory: Folder = None,
@@ -162,7 +202,7 @@ def grade(
     device: Where = Device.cpu,
     timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
-        help="Seed of the random inputs, to replay a run.  \\[default: a fresh one]",
+        help=f"Seed of the random inputs, to replay a run{WHICH_SEEDS}.  \\[default: {DEFAULT_SEED}]",
         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print Gradescope's results.json on stdout instead of a table.")] = False,
@@ -210,14 +250,15 @@ def grade(
     raise typer.Exit(0 if report.passed else 1)
 
 
-@app.command()
+@student_command
 def watch(
     targets: Targets = None,
     directory: Folder = None,
     device: Where = Device.cpu,
     timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
-        help="Seed of the random inputs.  \\[default: a fresh one each time]", show_default=False)] = None,
+        help=f"Seed of the random inputs{WHICH_SEEDS}.  \\[default: {DEFAULT_SEED} each time]",
+        show_default=False)] = None,
     verbose: Verbose = False,
 ) -> None:
     """Grade, then grade again each time a file is saved; Ctrl-C stops."""
@@ -269,7 +310,7 @@ def watch(
         run_watch(files, regrade)
 
 
-@app.command("list")
+@app.command("list", cls=Command)
 def list_exercises() -> None:
     """List the chapters and their exercises, with points."""
     from rich import box
@@ -304,7 +345,12 @@ def main(argv: list[str] | None = None) -> None:
         # typer's (or click's) usage errors: a bad option value, an unknown command.
         if not (hasattr(error, "format_message") and hasattr(error, "exit_code")):
             raise
-        stderr.print(f"[bold red]error:[/] {escape(error.format_message())} (see mha-course --help)",
+        # typer checks a value through pydantic, whose message for a choice
+        # starts "Value error, ": the rest is what click says of a choice.
+        message = error.format_message().replace(": Value error, ", ": ", 1)
+        context = getattr(error, "ctx", None)  # the (sub)command that refused it
+        where = context.command_path if context is not None else "mha-course"
+        stderr.print(f"[bold red]error:[/] {escape(message)} (see {escape(where)} --help)",
                      highlight=False, soft_wrap=True)
         sys.exit(error.exit_code or USAGE_ERROR)
     if code == INTERRUPTED:  # Ctrl-C; typer itself turns it into this status

@@ -13,13 +13,13 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter
-from grader.cli import EDITION, app, instructor_command, stderr, stdout, usage_error
+from grader.cli import EDITION, Command, app, instructor_command, stderr, stdout, usage_error
 
 
-class NamedArguments(TyperCommand):
+class NamedArguments(Command):
     """A command whose usage line names each argument as its help text does
     (``SUBMISSIONS``, ``OUT``): typer wraps a required one in braces,
     ``{submissions}``, which reads as a placeholder left unfilled."""

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,15 @@ def test_untouched_stubs_get_nothing_and_say_so(stubs_run):
     (["grade", "elsewhere/ch01_self_attention.py"], "no such file"),
     (["grade", "README.md"], "only .py files"),
     (["grade", "--device", "gpu"], "Invalid value for '--device'"),
+    (["grade", "--device", "tpu"], "Invalid value for '--device': 'tpu' is not one of 'cpu', 'cuda', 'auto'."),
+    (["grade", "--device", "tpu"], "(see mha-course grade --help)"),
+    (["grade", "--timeout", "soon"], "(see mha-course grade --help)"),
+    (["regrade"], "(see mha-course --help)"),
+    (["grade", "exercises"], "exercises is a folder: to grade the files in it, use --dir exercises"),
+    (["grade", "--dir", "solutions/ch01_self_attention.py"],
+     "--dir solutions/ch01_self_attention.py is a file, not a folder: name it as a target, without --dir"),
+    (["grade", "--solutions", "true"],
+     "unknown chapter 'true': a flag (--solutions, --json, --verbose) takes no value"),
     (["grade", "--timeout", "soon"], "Invalid value for '--timeout'"),
     (["regrade"], "No such command 'regrade'"),
     (["grade", "[/]"], "unknown chapter '[/]'"),
@@ -65,6 +75,14 @@ def test_usage_errors_are_one_line_and_exit_2(args, message):
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_folder_named_like_a_file_is_a_folder_not_a_missing_file(tmp_path):
+    (tmp_path / "ch01_dir.py").mkdir()
+    done = mha_course("grade", "ch01_dir.py", cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "ch01_dir.py is a folder, not a file: to grade the files in it, use --dir ch01_dir.py" in done.stderr
+    assert "Value error" not in mha_course("grade", "--device", "tpu").stderr
 
 
 def test_a_file_named_for_no_chapter_is_a_usage_error(tmp_path):
@@ -194,3 +212,29 @@ def test_help_reads_like_documentation():
     assert done.returncode == 0
     for option in ("--dir", "--solutions", "--device", "--timeout", "--json", "--seed"):
         assert option in done.stdout
+
+
+@pytest.mark.parametrize("command", ["", "grade", "watch", "list", "verify", "build", "release", "batch",
+                                     "gradescope"])
+def test_every_help_fits_80_columns_and_shows_no_value_for_a_flag(command):
+    done = subprocess.run([sys.executable, "-m", "grader", *filter(None, [command]), "--help"],
+                          capture_output=True, text=True, cwd=COURSE_ROOT, timeout=300,
+                          env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    assert "<bool>" not in done.stdout  # --solutions, --json, --help take no value
+
+
+def test_the_student_editions_seed_help_says_it_grades_with_its_recorded_seeds(tmp_path):
+    # An edition as is_student_edition tells one: recordings, and no solutions/ beside grader/.
+    shutil.copytree(COURSE_ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "grader" / "recorded").mkdir()
+    (tmp_path / "grader" / "recorded" / "index.json").write_text('{"format": 2, "seeds": [5, 6]}')
+    for command in ("grade", "watch"):
+        done = subprocess.run([sys.executable, "-m", "grader", command, "--help"], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300,
+                              env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(tmp_path)})
+        assert done.returncode == 0, done.stderr
+        assert "--solutions" not in done.stdout  # the edition it is
+        assert "a fresh one" not in done.stdout
+        assert "one of the seeds this edition recorded" in done.stdout
