@@ -38,7 +38,7 @@ from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult, GradingPlugin
-from grader.remote import RemoteSubmission
+from grader.remote import Printed, RemoteSubmission
 from grader.sandbox import Limits, fork_server, preload  # noqa: F401 - preload: for callers that grade
 from grader.shards import ShardFailed, one_thread, run_side_by_side
 
@@ -84,6 +84,12 @@ class GradeReport:
     seed: int = 0
     device: str = "cpu"
     sources: dict[str, str] = field(default_factory=dict)  # by chapter id: the file graded, and why
+    # By chapter id: what kept the whole file from being graded (unreadable,
+    # empty, a notebook that is not JSON): said once, not once per exercise.
+    problems: dict[str, str] = field(default_factory=dict)
+    # By chapter id, then remote.TOP_LEVEL or exercise: what the student's
+    # code printed. Data from the workers, shown on request, never graded.
+    printed: dict[str, dict[str, Printed]] = field(default_factory=dict)
 
     @property
     def score(self) -> int:
@@ -124,12 +130,33 @@ def grade(
     with _tuned_for_grading():
         parsed = _parse(targets)
         found = _check_chapters([chapter for chapter, _ in targets], parsed, run, jobs)
-    results = [result for chapter_results, _ in found for result in chapter_results]
-    notes = {key: lines for _, chapter_notes in found for key, lines in chapter_notes.items()}
+    checked = {found_here.chapter: found_here for found_here in found}
+    results = [result for found_here in found for result in found_here.results]
     exercises = [verdict for chapter, _ in targets
                  for verdict in _sum_up(chapter, results, only,
                                         _source_notes(chapter, parsed[chapter.id], only))]
-    return GradeReport(exercises, notes, time.perf_counter() - started, run.seed, str(device))
+    report = GradeReport(exercises, seconds=time.perf_counter() - started, seed=run.seed, device=str(device))
+    for chapter, path in targets:
+        rows = [result for result in exercises if result.chapter is chapter]
+        if notes := _unsaid(checked[chapter.id].notes, rows):
+            report.notes[chapter.id] = notes
+        if problem := _file_problem(path, parsed[chapter.id], checked[chapter.id].results):
+            report.problems[chapter.id] = problem
+        if checked[chapter.id].printed:
+            report.printed[chapter.id] = checked[chapter.id].printed
+    return report
+
+
+@dataclass
+class _Checked:
+    """What one chapter's checks found: every check's result, the notes on
+    the file (statements skipped, syntax repaired), and what the student's
+    code printed, by ``remote.TOP_LEVEL`` or exercise."""
+
+    chapter: str
+    results: list[CheckResult]
+    notes: list[str]
+    printed: dict[str, Printed]
 
 
 @dataclass(frozen=True)
@@ -175,10 +202,9 @@ def _parse(targets: list[tuple[Chapter, Path]]) -> dict[str, Submission | Submis
 
 
 def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | SubmissionError], run: _Run,
-                    jobs: int) -> list[tuple[list[CheckResult], dict[str, list[str]]]]:
+                    jobs: int) -> list[_Checked]:
     """Run every chapter's checks, ``jobs`` processes side by side, and stop
-    whatever they started before returning: each chapter's check results and
-    notes on its file."""
+    whatever they started before returning: what each chapter's found."""
     runnable = {key: value for key, value in parsed.items() if isinstance(value, Submission)}
 
     def server() -> contextlib.closing[_Forks]:
@@ -203,6 +229,27 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
         raise GraderError(str(error)) from None
     finally:
         reaping.stop_descendants(spare=before)
+
+
+def _file_problem(path: Path, parsed: Submission | SubmissionError, results: list[CheckResult]) -> str:
+    """What kept the whole file from being graded, or "": it could not be
+    read or parsed, it could not be run (every check of its chapter, in
+    ``results``, says so, as ``Failure.UNREADABLE``), or it holds no code."""
+    if isinstance(parsed, SubmissionError):
+        return str(parsed)
+    unreadable = next((r.message for r in results if r.kind == Failure.UNREADABLE), "")
+    if unreadable:
+        return unreadable
+    if not parsed.statements and not parsed.problems:
+        return f"{path.name} is empty: there is no code to grade" if not parsed.source.strip() else \
+            f"{path.name} holds no code, only comments: there is nothing to grade"
+    return ""
+
+
+def _unsaid(notes: list[str], exercises: list[ExerciseResult]) -> list[str]:
+    """The notes on a chapter's file, less those one of its ``exercises``
+    says already in its reason (a syntax error in softmax is softmax's)."""
+    return [note for note in notes if not any(result.reason.startswith(note) for result in exercises)]
 
 
 def _source_notes(chapter: Chapter, parsed: Submission | SubmissionError,
@@ -289,10 +336,8 @@ class _Forks:
 
 
 def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
-                   forks: _Forks) -> tuple[list[CheckResult], dict[str, list[str]]]:
-    """Run one chapter's checks, with workers from ``forks``: every check's
-    result, and the notes on the file (statements skipped, syntax repaired)
-    under the chapter's id."""
+                   forks: _Forks) -> _Checked:
+    """Run one chapter's checks, with workers from ``forks``: what they found."""
     preloaded = _preloaded_copy(chapter, parsed, run, forks)
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, forks.server, preloaded)
     plugin = GradingPlugin(remote, run.seed, run.only)
@@ -300,7 +345,8 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
         _run_checks(chapter, plugin)
     finally:
         remote.close()
-    return plugin.results, {chapter.id: remote.notes} if remote.notes else {}
+    printed = {where: text for where, text in remote.printed.items() if text}
+    return _Checked(chapter.id, plugin.results, remote.notes, printed)
 
 
 def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,

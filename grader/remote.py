@@ -29,7 +29,9 @@ from grader.outcomes import Failure
 from grader.portability import device_for, judge, plain_line
 from grader.refusals import REFUSED
 from grader.sandbox import Deadline, Limits, LoadResult, Worker, WorkerDied, fork_server, probe, timeout_reason
-from grader.wire import WireError, decode, devices, encode
+from grader.wire import MAX_PRINTED, WireError, decode, devices, encode
+
+TOP_LEVEL = "top level"  # where the file's own statements print, beside exercises' names
 
 
 class Signature(NamedTuple):
@@ -64,6 +66,32 @@ class _CallTime:
         if used < (self.deadline.cpu - self.cpu) / 2:
             return f"{text}: is it asleep, or waiting for something?"
         return f"{text}: an infinite loop, on a machine too busy to give it much CPU time?"
+
+
+@dataclass
+class Printed:
+    """What the student's code printed in one place (the file's top level,
+    an exercise's calls): the first ``MAX_PRINTED`` characters, and how
+    many more there were. Read from the worker's answers as data, shown on
+    request, never graded."""
+
+    text: str = ""
+    more: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.more)
+
+    def add(self, sent: object) -> None:
+        """Add what an answer says was printed (``{"text", "more"}``);
+        anything else is ignored."""
+        if not isinstance(sent, dict):
+            return
+        text, more = sent.get("text"), sent.get("more")
+        if not isinstance(text, str) or type(more) is not int or more < 0:
+            return
+        kept = text[:max(MAX_PRINTED - len(self.text), 0)]
+        self.text += kept
+        self.more = min(self.more + more + len(text) - len(kept), 2**62)  # a count for a message, bounded
 
 
 @dataclass
@@ -103,6 +131,7 @@ class RemoteSubmission:
         self._preloaded = preloaded
         self._own_server: ForkServer | None = None
         self.notes: list[str] = []
+        self.printed: dict[str, Printed] = {}  # by TOP_LEVEL or exercise, in the order they printed
         self._loaded_file = LoadResult()
         self._load_failure: str | None = None
         self._signatures: dict[str, Signature] = {}
@@ -139,6 +168,7 @@ class RemoteSubmission:
         # a process fewer to fork, and its statements have already run.
         self._worker, self._worker_exercise = self._loaded_file.worker, None
         self._loaded_file.worker = None
+        self._printed(TOP_LEVEL).add(self._loaded_file.printed)
         where = self.submission.where
         notes = [(problem.line, str(problem)) for problem in self.submission.problems]
         notes += [(line, f"{where(line)} {reason}; grading went on without it")
@@ -246,6 +276,9 @@ class RemoteSubmission:
         try:
             answer = worker.request(request, timing.deadline)
         except WorkerDied as death:
+            # A loop's stack says which functions it was in: "it uses softmax,
+            # which fails too" for a caller, as an answer's "reached" says.
+            self.reached.update(self._defined_at(death.lines))
             if own:  # a worker apart: the exercise's goes on
                 if portability:
                     self._meta = None
@@ -257,6 +290,7 @@ class RemoteSubmission:
             self._spend(timing, worker, state)
             if budget:
                 worker.kill()
+        self._printed(exercise).add(answer.get("printed"))
         if isinstance(answer.get("reached"), list):
             self.reached.update(name for name in answer["reached"] if isinstance(name, str))
         if portability and not self._failed_as_anywhere(answer):
@@ -323,6 +357,16 @@ class RemoteSubmission:
         if module.passed_to:
             return self._signatures.get(module.passed_to, _UNKNOWN).parameters[1:]
         return self._signatures.get(f"{function}.{module.method or 'forward'}", _UNKNOWN).parameters
+
+    def _printed(self, where: str) -> Printed:
+        return self.printed.setdefault(where, Printed())
+
+    def _defined_at(self, lines: tuple[int, ...]) -> set[str]:
+        """The top-level functions and classes of the file that hold these
+        lines, as the grader parsed it."""
+        return {node.name for _, _, node in self.submission.statements
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and any(node.lineno <= line <= (node.end_lineno or node.lineno) for line in lines)}
 
     def _uses(self, exercise: str) -> list[str]:
         """The earlier exercises ``exercise`` builds on, as the catalog says."""

@@ -57,24 +57,27 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if "SC_CLK_TCK" in os.sysconf_names else
 _POLL_SECONDS = 0.5  # how often a wait looks at the worker's CPU time, at most
 _STACK_SECONDS = 1.0  # how long a worker stopped for time is given to tell where it was
 _STACK_BYTES = 256 * 2**10  # and how much of what it writes is read
+_MORE_SECONDS = 0.1  # how long the rest of a stack is waited for, once its innermost line is known
 
 
 class WorkerDied(Exception):
     """The worker stopped answering: ``reason`` says how, in words.
 
     For a timeout, ``backstop`` says whether the clock's backstop stopped
-    it rather than its CPU limit, and ``line`` is the line of the student's
-    file it was on, as its stack said (a message's detail, never more), or
-    None.
+    it rather than its CPU limit, ``line`` is the line of the student's
+    file it was on, as its stack said, or None, and ``lines`` every line
+    of the file on that stack, innermost first (the function it was in,
+    and those that called it). A message's detail or a note, never more.
     """
 
     def __init__(self, reason: str, kind: Failure = Failure.CRASH, line: int | None = None,
-                 backstop: bool = False):
+                 backstop: bool = False, lines: tuple[int, ...] = ()):
         super().__init__(reason)
         self.reason = reason
         self.kind = Failure(kind)  # TIMEOUT, EXIT, CRASH, MEMORY or PROTOCOL
         self.line = line
         self.backstop = backstop
+        self.lines = lines
 
 
 @dataclass(frozen=True)
@@ -306,35 +309,36 @@ class Worker:
 
     def _timed_out(self, backstop: bool) -> WorkerDied:
         """Stop a worker over its time, once it has said where it was."""
-        line = self._current_line()
+        stack = self._current_stack()
         self.cpu_seconds()  # its last figure, for the message
         self.kill()
-        return WorkerDied("timed out", Failure.TIMEOUT, line, backstop)
+        return WorkerDied("timed out", Failure.TIMEOUT, stack.line, backstop, tuple(stack.lines))
 
-    def _current_line(self) -> int | None:
+    def _current_stack(self) -> StackReader:
         """Where the worker is in the student's file: send it
         ``worker.STACK_SIGNAL`` and read its stack from its reply pipe for a
-        moment. None when it does not say (it turned the report off, or
-        died of the signal, or is stuck outside the file)."""
+        moment. Its ``line`` is None when it does not say (it turned the
+        report off, or died of the signal, or is stuck outside the file)."""
+        stack = StackReader(self._filename)
         if not self._filename or self._from_child < 0:
-            return None
+            return stack
         try:
             os.kill(self.pid, worker.STACK_SIGNAL)
         except OSError:
-            return None
-        stack = StackReader(self._filename)
+            return stack
         poller = select.poll()
         poller.register(self._from_child, select.POLLIN)
         ends = time.monotonic() + _STACK_SECONDS
-        while not stack.done and stack.size < _STACK_BYTES:
-            left = ends - time.monotonic()
+        while not stack.complete and stack.size < _STACK_BYTES:
+            # Once the line is known, its callers are read if they come at once.
+            left = min(ends - time.monotonic(), _MORE_SECONDS if stack.done else _STACK_SECONDS)
             if left <= 0 or not poller.poll(left * 1000):
                 break
             chunk = os.read(self._from_child, _STACK_BYTES - stack.size)
             if not chunk:
                 break
             stack.feed(chunk)
-        return stack.line
+        return stack
 
     def _death(self) -> WorkerDied:
         """Why the child is gone, from its exit status."""
@@ -379,8 +383,11 @@ class Worker:
         self._to_child = self._from_child = -1
 
 
-_FRAME = re.compile(rb'  File "(.*)", line (\d{1,9}) in ')
+_FRAME = re.compile(rb'  File "(.*)", line (\d{1,9}) in (\S*)')
 _LONGEST_NAME = 500  # faulthandler writes this many characters of a file name, then "..."
+_MOST_LINES = 64  # of the student's file on one stack, kept
+# The worker's loops that call into the student's file: the stack within them is the call's.
+_OUTERMOST = {b"_serve", b"_run_statements"}
 
 
 class StackReader:
@@ -392,25 +399,35 @@ class StackReader:
     to ASCII. The thread that runs the grader's requests is the one whose
     stack passes through ``grader.worker``; its innermost frame in the
     student's file is the line. Failing that (the dump cut short), the
-    innermost such frame of any thread.
+    innermost such frame of any thread. The thread's other frames in the
+    student's file, out to the worker's loop, give ``lines``: the function
+    it was in, and those that called it.
 
     It is read as untrusted: student code may write anything to the pipe,
     or nothing. Lines are bounded, a malformed one is skipped, and what
-    comes out is a line number or None, for a message and nothing else.
+    comes out is line numbers, for a message or a note and nothing else.
     """
 
     def __init__(self, filename: str):
         self._student = _as_dumped(filename)
         self._worker = _as_dumped(worker.__file__)
         self._partial = b""
-        self._thread_line: int | None = None  # the innermost student line of the thread being read
+        self._thread_lines: list[int] = []  # the student lines of the thread being read, innermost first
         self._any_line: int | None = None  # of the first thread that had one
-        self.done = False  # the requests' thread has been read
+        self.done = False  # the requests' thread has been found, and its innermost line
+        self.complete = False  # and its stack read out to the worker's loop
         self.size = 0  # bytes fed so far
 
     @property
     def line(self) -> int | None:
-        return self._thread_line if self.done else self._any_line
+        if self.done:
+            return self._thread_lines[0] if self._thread_lines else None
+        return self._any_line
+
+    @property
+    def lines(self) -> list[int]:
+        """The requests' thread's lines of the student's file, innermost first."""
+        return self._thread_lines if self.done else []
 
     def feed(self, data: bytes) -> None:
         self.size += len(data)
@@ -418,7 +435,7 @@ class StackReader:
         # A frame line is shorter (two names, each escaped at most 10 bytes a character).
         self._partial = partial if len(partial) <= 20 * _LONGEST_NAME + 100 else b""
         for text in lines:
-            if self.done:
+            if self.complete:
                 return
             self._read(text)
 
@@ -426,13 +443,16 @@ class StackReader:
         frame = _FRAME.match(text)
         if frame is None:
             if not text.startswith(b"  "):  # the header of the next thread's stack
-                self._thread_line = None
+                self.complete = self.done
+                if not self.done:
+                    self._thread_lines = []
             return
-        if frame[1] == self._student and self._thread_line is None:
-            self._thread_line = int(frame[2])
-            self._any_line = self._any_line or self._thread_line
+        if frame[1] == self._student and len(self._thread_lines) < _MOST_LINES:
+            self._thread_lines.append(int(frame[2]))
+            self._any_line = self._any_line or self._thread_lines[0]
         elif frame[1] == self._worker:
             self.done = True
+            self.complete = frame[3] in _OUTERMOST
 
 
 def _as_dumped(filename: str) -> bytes:
@@ -490,6 +510,8 @@ class LoadResult:
         skipped: ``{first line: why}`` for statements that hung or killed
             the worker; workers do not run them.
         failure: set when the file could not be run at all.
+        printed: what its statements printed, as the worker sent it
+            (``{"text", "more"}``, unchecked: ``remote.Printed`` reads it).
         worker: the worker that ran the file, still running and answering
             calls, when it got through; the caller uses or kills it.
     """
@@ -499,6 +521,7 @@ class LoadResult:
     skipped: dict[int, str] = field(default_factory=dict)
     failure: str | None = None
     worker: Worker | None = None
+    printed: object = None
 
 
 def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
@@ -529,7 +552,7 @@ def probe(server: ForkServer, key: str, limits: Limits, max_faults: int = 3,
                     errors = _text_dict(message.get("errors"))
                     return LoadResult(_text_dict(message.get("names")),
                                       {int(k): v for k, v in errors.items() if k.isdigit()}, skipped,
-                                      worker=worker)
+                                      worker=worker, printed=message.get("printed"))
         except WorkerDied as death:
             worker.kill()
             reason = death.reason

@@ -23,6 +23,7 @@ MAX_FRAME = 64 * 2**20  # bytes; a worker that sends more is stopped
 MAX_ITEMS = 256  # a longer list or tuple is not sent, only its type and length
 MAX_DEPTH = 6
 MAX_TEXT = 500  # characters of a string or repr that are sent
+MAX_PRINTED = 2000  # characters of what student code printed, sent from one call or the file's top level
 HEADER = struct.Struct(">QQ")  # sizes of a frame's JSON part and of its tensor bytes
 DTYPES = {str(dtype): dtype for dtype in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64,

@@ -22,12 +22,14 @@ import contextlib
 import errno
 import faulthandler
 import functools
+import io
 import linecache
 import os
 import signal
 import sys
 import traceback
 import types
+import warnings
 
 import torch
 
@@ -63,7 +65,7 @@ def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, w
         payload = _read_exactly(read_fd, sum(wire.HEADER.unpack(header)))
         return None if payload is None else wire.load(header, payload)
 
-    _quiet()
+    printed = _quiet()
     report_stack_on_signal(write_fd)
     try:
         refusals.install(request["forbidden"])  # first: a memory budget counts from after it
@@ -72,14 +74,17 @@ def main(inherited: int, policy: Policy, submission: Submission, read_fd: int, w
     isolation.confine(policy, limits, inherited, request.get("budget", 0))
     if policy.readable:  # the staged submissions: a chapter may import an earlier chapter's file
         sys.path.insert(0, policy.readable[0])
-    module = _run_statements(submission, skip, send, report)
-    _serve(module, receive, send)
+    module = _run_statements(submission, skip, send, report, printed)
+    _serve(module, receive, send, printed)
 
 
-def _quiet() -> None:
+def _quiet() -> Printed:
     """Signals, output and threads of a worker: Ctrl-C is the grader's, a
-    crash is reported by the grader, printed output goes nowhere (a print
-    flood costs the time of writing to /dev/null and no memory)."""
+    crash is reported by the grader. What the student's code prints
+    through ``sys.stdout`` and ``sys.stderr`` is kept, bounded, to send back
+    (``Printed``); what reaches the file descriptors goes nowhere, and so
+    do warnings: the checks' edge cases set off NumPy's and torch's in
+    correct code, which a student did not print."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ[WORKER_VARIABLE] = "1"  # a check() left in graded code does nothing here
     faulthandler.disable()
@@ -87,9 +92,50 @@ def _quiet() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    sys.stdout = sys.stderr = printed = Printed()
+    warnings.showwarning = lambda *args, **kwargs: None
     torch.set_num_threads(1)  # small tensors; and workers run side by side
     _full_precision_float32()
+    return printed
+
+
+class Printed(io.TextIOBase):
+    """``sys.stdout`` and ``sys.stderr`` of a worker: keeps the first
+    ``wire.MAX_PRINTED`` characters written since the last ``take`` and
+    counts the rest, so that a print flood costs the time of a count and
+    no memory. The grader shows the text on request; it is never graded."""
+
+    def __init__(self):
+        super().__init__()
+        self._kept: list[str] = []
+        self._size = 0
+        self._more = 0
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1  # /dev/null, for code that writes to the descriptor (faulthandler.enable())
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        kept = text[:wire.MAX_PRINTED - self._size]
+        if kept:
+            self._kept.append(kept)
+            self._size += len(kept)
+        self._more += len(text) - len(kept)
+        return len(text)
+
+    def take(self) -> dict:
+        """What was printed since the last ``take``, as plain data."""
+        taken = {"text": "".join(self._kept), "more": self._more}
+        self._kept, self._size, self._more = [], 0, 0
+        return taken
 
 
 def report_stack_on_signal(fd: int) -> None:
@@ -113,14 +159,16 @@ def _full_precision_float32() -> None:
 
 
 def _run_statements(
-    submission: Submission, skip: frozenset[int], send, report: bool
+    submission: Submission, skip: frozenset[int], send, report: bool, printed: Printed
 ) -> types.ModuleType:
     """Execute the submission's top-level statements one by one.
 
     A statement that raises is recorded and the rest still run, so a stray
     test call at the bottom of the file costs nothing. With ``report``, the
     line of each statement is sent before it runs: if the worker then hangs
-    or dies, the grader knows which line did it.
+    or dies, the grader knows which line did it; and what they printed is
+    sent once they ran (a worker that does not report drops it: the one
+    that probed the file sent it already).
     """
     module = types.ModuleType(submission.module_name)
     module.__file__ = str(submission.path)
@@ -151,7 +199,8 @@ def _run_statements(
             for name, value in vars(module).items()
             if not name.startswith("__")
         }
-        send({"event": "loaded", "errors": errors, "names": names})
+        send({"event": "loaded", "errors": errors, "names": names, "printed": printed.take()})
+    printed.take()
     return module
 
 
@@ -173,13 +222,13 @@ def _on(device: str, value: object) -> object:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
-def _serve(module: types.ModuleType, receive, send) -> None:
+def _serve(module: types.ModuleType, receive, send, printed: Printed) -> None:
     """Answer requests until the grader closes the pipe.
 
     With ``"portability"`` the call's tensors are followed
     (``DeviceTracker``) and the answer says what would go wrong on a GPU;
     with ``"measure"`` it gives the largest tensor the call made and its
-    widest reduction (``Measure``).
+    widest reduction (``Measure``). Each answer carries what the call printed.
     """
     filename = module.__file__
     reached = Reached(module)
@@ -223,6 +272,7 @@ def _serve(module: types.ModuleType, receive, send) -> None:
             if tracker is not None:
                 answer["portability"] = tracker.problem(None)
         answer["reached"] = reached.take()
+        answer["printed"] = printed.take()
         # Sent back so the grader can tell whether the function changed its inputs.
         answer["args"] = wire.encode(list(args))
         answer["kwargs"] = {key: wire.encode(value) for key, value in kwargs.items()}
