@@ -156,7 +156,8 @@ def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found
     ``.ipynb``, any case), at the top or in a folder below, counts first;
     failing that, one whose name holds ``chNN`` as a word
     (``alice_ch01.ipynb``). Of several, ``best_file`` picks (the most
-    written, then the one saved last); the others are listed as ignored.
+    written, then the one saved last); the others are listed as ignored,
+    and ``why`` says what decided.
     """
     found = Found(folder)
     files, refused = submission_files(folder)
@@ -183,6 +184,9 @@ def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found
             continue
         exact = [path for path in pool if path.stem.lower() == chapter.module]
         found.chosen[chapter.id], found.why[chapter.id] = best_file(exact or pool)
+        passed_over = [path for path in pool if path not in exact]
+        if exact and passed_over and not found.why[chapter.id]:  # say why alice_ch01.py was not graded
+            found.why[chapter.id] = f"named like the exercise, unlike {passed_over[0].name}"
         found.ignored += [f"{found.shown(path)}: {chapter.id} was graded from "
                           f"{found.shown(found.chosen[chapter.id])}"
                           for path in pool if path != found.chosen[chapter.id]]

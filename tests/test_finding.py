@@ -74,7 +74,7 @@ def test_the_exercise_name_comes_before_a_name_holding_chNN(tmp_path):
     write(tmp_path / "alice_ch01.ipynb", WORKED_NOTEBOOK)
     found = find_chapters(tmp_path)
     assert found.chosen == {"ch01": tmp_path / PY}
-    assert found.sources() == {"ch01": PY}  # no choice was made between names of one rank
+    assert found.sources() == {"ch01": f"{PY} (named like the exercise, unlike alice_ch01.ipynb)"}
     assert found.ignored == [f"alice_ch01.ipynb: ch01 was graded from {PY}"]
 
 
@@ -128,8 +128,10 @@ def test_grade_without_targets_takes_one_file_a_chapter_and_says_why(tmp_path):
     write(tmp_path / NB, WORKED_NOTEBOOK, age=60)
     write(tmp_path / PY, STUB)  # saved last, but nothing written in it
     write(tmp_path / "bob_ch02.py", "x = 1\n")
+    write(tmp_path / CH02.file_name, "x = 1\n")
     assert resolve_targets([], tmp_path) == [
-        (CH01, tmp_path / NB, f"it has more written than {PY}"), (CH02, tmp_path / "bob_ch02.py", "")]
+        (CH01, tmp_path / NB, f"it has more written than {PY}"),
+        (CH02, tmp_path / CH02.file_name, "named like the exercise, unlike bob_ch02.py")]
 
 
 # -- batch and Gradescope agree --------------------------------------------------------
