@@ -3,9 +3,10 @@
 A chapter may have two files, ``chNN_topic.py`` and ``chNN_topic.ipynb``,
 and only one holds the work: a student who writes in the notebook keeps the
 untouched ``.py``, and Jupyter's autosave makes an untouched notebook the
-newer file. So the file with the fewest exercises left to write (``raise
-NotImplementedError``) wins, then the one saved last; the report says which
-was graded and why.
+newer file; one who copies the stub to ``alice_ch01.py`` keeps the untouched
+``chNN_topic.py`` too. So the file with the fewest exercises left to write
+(``raise NotImplementedError``) wins, then one named like the exercise, then
+the one saved last; the report says which was graded and why.
 
 A folder (``grade --dir``, a student's folder in ``batch``, Gradescope's
 ``submission/``) may nest its files in folders and name them its own way
@@ -50,16 +51,19 @@ def unfinished(path: Path) -> int:
     return len(UNFINISHED.findall(text))
 
 
-def best_file(paths: list[Path]) -> tuple[Path, str]:
+def best_file(paths: list[Path], named: Sequence[Path] = ()) -> tuple[Path, str]:
     """The file to grade of ``paths`` (at least one), and why, in a few words
-    for the report (empty when there was no choice)."""
+    for the report (empty when there was no choice): the most written, then
+    one of ``named`` (those named like the exercise), then the one saved last."""
     if len(paths) == 1:
         return paths[0], ""
     left = {path: unfinished(path) for path in paths}
-    ranked = sorted(paths, key=lambda path: (left[path], -path.stat().st_mtime, str(path)))
+    ranked = sorted(paths, key=lambda path: (left[path], path not in named, -path.stat().st_mtime, str(path)))
     best, runner_up = ranked[0], ranked[1]
     if left[best] < left[runner_up]:
         return best, f"it has more written than {runner_up.name}"
+    if best in named and runner_up not in named:
+        return best, f"named like the exercise, unlike {runner_up.name}"
     return best, f"saved after {runner_up.name}"
 
 
@@ -152,12 +156,11 @@ def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found
     """The file to grade for each of ``chapters`` in a submission folder:
     the rule of ``mha-course batch`` and of the Gradescope autograder.
 
-    A file named like the exercise (``ch01_self_attention.py`` or
-    ``.ipynb``, any case), at the top or in a folder below, counts first;
-    failing that, one whose name holds ``chNN`` as a word
-    (``alice_ch01.ipynb``). Of several, ``best_file`` picks (the most
-    written, then the one saved last); the others are listed as ignored,
-    and ``why`` says what decided.
+    A file is a chapter's when its name holds ``chNN`` as a word
+    (``ch01_self_attention.py``, ``alice_ch01.ipynb``, any case), at the top
+    or in a folder below. Of several, ``best_file`` picks (the most
+    written, then one named like the exercise, then the one saved last);
+    the others are listed as ignored, and ``why`` says what decided.
     """
     found = Found(folder)
     files, refused = submission_files(folder)
@@ -182,11 +185,8 @@ def find_chapters(folder: Path, chapters: Sequence[Chapter] = CHAPTERS) -> Found
         pool = by_chapter.get(chapter.id, [])
         if not pool:
             continue
-        exact = [path for path in pool if path.stem.lower() == chapter.module]
-        found.chosen[chapter.id], found.why[chapter.id] = best_file(exact or pool)
-        passed_over = [path for path in pool if path not in exact]
-        if exact and passed_over and not found.why[chapter.id]:  # say why alice_ch01.py was not graded
-            found.why[chapter.id] = f"named like the exercise, unlike {passed_over[0].name}"
+        named = [path for path in pool if path.stem.lower() == chapter.module]
+        found.chosen[chapter.id], found.why[chapter.id] = best_file(pool, named)
         found.ignored += [f"{found.shown(path)}: {chapter.id} was graded from "
                           f"{found.shown(found.chosen[chapter.id])}"
                           for path in pool if path != found.chosen[chapter.id]]

@@ -69,13 +69,21 @@ def test_a_worked_notebook_beats_a_newer_untouched_py(tmp_path):
     assert found.ignored == [f"{PY}: ch01 was graded from {NB}"]
 
 
-def test_the_exercise_name_comes_before_a_name_holding_chNN(tmp_path):
+def test_of_files_as_written_the_exercise_name_comes_before_a_name_holding_chNN(tmp_path):
     write(tmp_path / PY, SOLUTION, age=60)
     write(tmp_path / "alice_ch01.ipynb", WORKED_NOTEBOOK)
     found = find_chapters(tmp_path)
     assert found.chosen == {"ch01": tmp_path / PY}
     assert found.sources() == {"ch01": f"{PY} (named like the exercise, unlike alice_ch01.ipynb)"}
     assert found.ignored == [f"alice_ch01.ipynb: ch01 was graded from {PY}"]
+
+
+def test_work_under_a_name_of_ones_own_beats_the_untouched_stub(tmp_path):
+    write(tmp_path / "alice_ch01.py", SOLUTION, age=60)
+    write(tmp_path / PY, STUB)  # named like the exercise, saved last, nothing written
+    found = find_chapters(tmp_path)
+    assert found.chosen == {"ch01": tmp_path / "alice_ch01.py"}
+    assert found.sources() == {"ch01": f"alice_ch01.py (it has more written than {PY})"}
 
 
 def test_a_name_holding_chNN_counts_when_the_exercise_name_is_absent(tmp_path):
