@@ -123,8 +123,8 @@ def claim(out: Path, owner: Owner) -> None:
     if recorded is None:
         written = [name for name in (CSV_FILE, RESULTS_FOLDER) if _holds(out / name)]
         if written:
-            raise OutFolderTaken(f"{out} holds {' and '.join(written)}, which no batch of this version "
-                                 "recorded: choose another folder with --out")
+            raise OutFolderTaken(f"{out} holds {' and '.join(written)}, which no batch recorded as its own: "
+                                 "choose another folder with --out")
     elif recorded.submissions != owner.submissions:
         raise OutFolderTaken(f"{out} holds the grades of another class ({recorded.submissions}): "
                              "choose another folder with --out")
@@ -138,18 +138,27 @@ def recorded_owner(out: Path) -> Owner | None:
     MAC holds (refusing a folder is the safe side); None when there is no
     state of this version."""
     try:
-        state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
+        return _owner_in(json.loads((out / STATE_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def _owner_in(state) -> Owner | None:
+    """The owner a state file's JSON names; None if it names none (another version's)."""
+    try:
         if state.get("version") != STATE_VERSION:
             return None
         return Owner(str(state["owner"]["submissions"]), tuple(map(str, state["owner"]["chapters"])))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
 
 
 def _holds(path: Path) -> bool:
-    """A file, or a folder with something in it."""
+    """A file (a link, anything), or a folder with something in it."""
     try:
-        return path.is_dir() and any(path.iterdir()) or path.exists() and not path.is_dir()
+        if path.is_dir():
+            return any(path.iterdir())
+        return path.exists() or path.is_symlink()
     except OSError:
         return True  # there, and unreadable: not ours to replace
 
@@ -181,7 +190,7 @@ def load_state(out: Path, fingerprint: str, owner: Owner) -> tuple[dict[str, Stu
     chapters' scores: ``claim`` refuses such a folder first)."""
     try:
         state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
-        if state.get("version") != STATE_VERSION or recorded_owner(out) != owner:
+        if _owner_in(state) != owner:  # of another version, class or set of chapters
             return {}, False
         if not hmac.compare_digest(str(state.get("mac")), _mac(out, state["grader"], owner, state["students"])):
             return {}, False

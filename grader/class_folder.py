@@ -180,6 +180,12 @@ def _nothing_to_grade(folder: Path, found: Found, chapters: Sequence[Chapter]) -
     return f"no exercise file ({expected}); found {', '.join(present[:4])}"
 
 
+def _listed(chapters: Sequence[Chapter]) -> str:
+    """``ch01``, ``ch01 or ch04``, ``ch01, ch02 or ch04``."""
+    ids = [chapter.id for chapter in chapters]
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} or {ids[-1]}"
+
+
 def extract_zip(archive: Path, into: Path) -> None:
     """Unpack ``archive`` into the folder ``into``, safely.
 
@@ -255,12 +261,6 @@ def _keep_time(path: Path, info: zipfile.ZipInfo) -> None:
         os.utime(path, (stamp, stamp))
     except (OverflowError, ValueError, OSError):  # a zip with a nonsense date: keep now
         pass
-
-
-def _listed(chapters: Sequence[Chapter]) -> str:
-    """``ch01``, ``ch01 or ch04``, ``ch01, ch02 or ch04``."""
-    ids = [chapter.id for chapter in chapters]
-    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} or {ids[-1]}"
 
 
 def submission_targets(paths: tuple[Path, ...], scratch: Path,

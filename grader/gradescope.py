@@ -19,7 +19,7 @@ none of them (a submitted notebook is read with nbformat alone).
 
 ``main`` (``python -m grader.gradescope ROOT``) is what ``run_autograder``
 calls. It finds the chapter files in ``ROOT/submission`` (``finding.find_chapters``,
-the rule ``mha-course batch`` follows too), grades them, and writes
+the rule ``mha-course batch`` and ``grade --dir`` follow too), grades them, and writes
 ``ROOT/results/results.json``, always: an empty or unreadable submission
 still gets a results.json that says what was expected, and its output names
 the file graded for each chapter and why that one. The submission's code
