@@ -100,10 +100,10 @@ def _points(result: ExerciseResult) -> str:
 
 def _details(result: ExerciseResult) -> Text:
     """A row's reason, and its note on a line of its own."""
-    # Text, not markup: a reason may quote the student's own "[...]".
-    details = Text(result.reason)
+    # Text, not markup: a reason may quote the student's own "[...]" (or an escape sequence).
+    details = Text(_visible(result.reason))
     if result.note:  # whatever the status: a note (the static scan's, say) costs no point
-        details.append(f"\nnote: {result.note}", style="yellow")
+        details.append(f"\nnote: {_visible(result.note)}", style="yellow")
     return details
 
 
@@ -124,7 +124,7 @@ def _print_failures(report: GradeReport, console: Console, verbose: bool) -> Non
         console.print(Text(f"{result.chapter.id} {result.exercise.name}", style="bold red"))
         for check, *same in groups:
             console.print(_indented(check.check, 2, "bold"))
-            console.print(_indented(check.message, 4))
+            console.print(_indented(_visible(check.message), 4))
             if check.hint:
                 console.print(_indented(f"hint: {check.hint}", 4, "cyan"))
             if verbose and same:
@@ -191,8 +191,9 @@ def _place(chapter: str, where: str) -> str:
 
 def _visible(text: str) -> str:
     """``text`` with its control characters written as escapes (``\\x1b``):
-    what a student's code printed shows as it was written, and never moves
-    the cursor, clears the screen or changes the terminal's colours."""
+    what a student's code printed (or put in an exception's message) shows
+    as it was written, and never moves the cursor, clears the screen or
+    changes the terminal's colours."""
     return "".join(character if character in "\n\t" or character.isprintable()
                    else repr(character)[1:-1] for character in text)
 

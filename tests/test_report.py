@@ -180,3 +180,15 @@ def test_the_table_keeps_names_whole_and_hints_readable(width):
     details = [line for line in lines[row + 1:following] if line.strip()]
     assert " ".join(details).split() == f"{HINT} (1 of 9 checks failed)".split(), text
     assert len(details) <= len(HINT) // (width - 12) + 1, text
+
+
+def test_an_exception_message_shows_as_text_not_as_terminal_commands(grade_source):
+    source = replace_function(SOLUTION, "softmax", '''
+def softmax(x, dim=-1):
+    raise ValueError("\\x1b[2J\\x1b[H[bold]all checks passed[/bold]")
+''')
+    report = grade_source(source, only={"softmax"})
+    for verbose in (False, True):
+        text = shown(report, verbose=verbose)
+        assert "\x1b" not in text
+        assert "\\x1b[2J\\x1b[H[bold]all checks passed[/bold]" in " ".join(text.split())
