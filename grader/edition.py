@@ -1,7 +1,9 @@
 """``mha-course release DIR``: write the student edition of the course.
 
 The edition is what students receive: the lessons (``chapters/``), the
-stubs and notebooks (``exercises/``), the grader and its checks. It holds no
+stubs and notebooks (``exercises/``), the grader and its checks; the
+lessons' comments that name known bugs and the instructor's own files
+(``LEFT_OUT_FILES``) stay here. It holds no
 code that computes an exercise's answer: no ``solutions/`` folder, no
 independent oracles (``grader/oracles/``), and the known-bug catalog keeps
 each bug's hint but not its ``old``/``new`` lines (they are edits of
@@ -271,7 +273,7 @@ def _code_lines(text: str) -> list[str]:
     """Each line's code as a comparison sees it: no comment, no doctest
     prompt, one space wherever there was space (a solution line pasted
     with other comments or aligned otherwise is the same line)."""
-    lines = (" ".join(_without_comment(line).removeprefix(">>> ").removeprefix("... ").split())
+    lines = (" ".join(_without_comment(line).strip().removeprefix(">>> ").removeprefix("... ").split())
              for line in text.splitlines())
     return [line for line in lines if line]
 

@@ -97,7 +97,7 @@ def test_ch02_a_misplaced_padding_mask_is_silent_with_one_query():
         assert "`L = 1`" in _paragraph(lesson, start), start
     # Lengths without their None, (S,) against (B,): an error, but where either is 1.
     with pytest.raises(RuntimeError):
-        torch.arange(5) < torch.tensor([3, 5, 2])
+        torch.lt(torch.arange(5), torch.tensor([3, 5, 2]))
     assert (torch.arange(1) < torch.tensor([3, 5, 2])).shape == (3,)
     assert "or one of them is 1" in _paragraph(lesson, "- Broadcasting lines shapes up from the right.")
 
