@@ -161,8 +161,9 @@ def test_weights_that_hold_nan_are_said_to_hold_nan(grade_source):
     messages = {check.check: check.message for check in result_of(report, "cross_attention").failed_checks}
     for title in ("weights are 0 on padded keys and each query's weights sum to 1 over the real keys",
                   "changing the padded context tokens changes nothing"):
-        assert "NaN at [" in messages[title] and "every key of that query masked" in messages[title], messages[title]
-        assert "max abs error" not in messages[title] and "not exactly 0" not in messages[title]
+        message = messages[title]
+        assert "NaN at [" in message and "every key of that query masked" in message, message
+        assert "max abs error" not in message and "not exactly 0" not in message
 
 
 def test_combined_mask_for_three_dimensional_scores_is_refused(grade_source):

@@ -147,7 +147,8 @@ def test_a_gradient_that_holds_nan_is_said_to_hold_nan_not_zero(grade_source):
     # An inverted mask leaves the last query no key, and a plain softmax gives
     # it NaN, which reaches every entry of the gradient: NaN fails both of the
     # gradient check's tests, which would call it zero.
-    source = SOLUTION.replace('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')
+    source = SOLUTION.replace('scores.masked_fill(~mask, float("-inf"))',
+                              'scores.masked_fill(mask, float("-inf"))')
     source = source.replace("torch.softmax(scores.masked_fill(no_keys, 0.0), dim=-1).masked_fill(no_keys, 0.0)",
                             "torch.softmax(scores, dim=-1)")
     assert source.count("torch.softmax(scores, dim=-1)") == 1 and 'masked_fill(mask, float("-inf"))' in source
