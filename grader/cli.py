@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from grader.catalog import (
     CHAPTERS,
@@ -44,25 +44,39 @@ EDITION = is_student_edition()
 INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
 
 
-class _FlagsTakeNoValue:
-    """Help that shows no value for a flag. typer shows the type of every
-    option's value, a flag's too: ``--json <bool>`` reads as if ``--json
-    true`` were how to write it, and that is an error (``true`` is taken for
-    a target)."""
+class _PlainHelp:
+    """Help that names what a student types. typer shows a type for every
+    value, a flag's too: ``--json <bool>`` reads as if ``--json true`` were
+    how to write it, and that is an error (``true`` is taken for a target);
+    and it writes an argument ``{submissions}`` or ``[targets]...`` over
+    ``<list[str]>``. A flag shows no value here, an argument its name in
+    capitals (``SUBMISSIONS``, ``[TARGETS]...``), as its help text names it."""
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
         for param in params:
             if getattr(param, "is_flag", False):
                 param.metavar = ""  # shown instead of the type
+            elif isinstance(param, TyperArgument) and param.metavar is None:
+                param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+                param.display_type_rich = lambda ctx: ""  # its name and help say what it is
         return params
 
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                pieces.append(param.metavar if param.required else f"[{param.metavar}]")
+            else:
+                pieces += param.get_usage_pieces(ctx)
+        return pieces
 
-class Command(_FlagsTakeNoValue, TyperCommand):
+
+class Command(_PlainHelp, TyperCommand):
     """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
 
 
-class Group(_FlagsTakeNoValue, TyperGroup):
+class Group(_PlainHelp, TyperGroup):
     """``mha-course`` itself, whose ``--help`` is a flag too."""
 
 
@@ -185,7 +199,8 @@ Folder = Annotated[Path | None, typer.Option(
     "--dir", help="Folder holding the submission.  \\[default: exercises/]", show_default=False)]
 Where = Annotated[Device, typer.Option(help="Where the checks run.")]
 Timeout = Annotated[float, typer.Option(
-    help="Seconds of CPU time one check may take; an exercise may take four times that.", min=0.1)]
+    metavar="<seconds>", min=0.1,
+    help="Seconds of CPU time one check may take; an exercise may take four times that.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
 # The student edition grades with the seeds it recorded (grader.recorded), never a fresh one.
 WHICH_SEEDS, DEFAULT_SEED = ((": one of the seeds this edition recorded, the only ones it grades with",

@@ -13,29 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from typer.core import TyperArgument
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter
-from grader.cli import EDITION, Command, app, instructor_command, stderr, stdout, usage_error
-
-
-class NamedArguments(Command):
-    """A command whose usage line names each argument as its help text does
-    (``SUBMISSIONS``, ``OUT``): typer wraps a required one in braces,
-    ``{submissions}``, which reads as a placeholder left unfilled."""
-
-    def collect_usage_pieces(self, ctx) -> list[str]:
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if isinstance(param, TyperArgument) and param.metavar:
-                pieces.append(param.metavar)
-            else:
-                pieces += param.get_usage_pieces(ctx)
-        return pieces
-
-
-# An instructor's command (hidden in the edition) with arguments named in its usage line.
-named_instructor_command = app.command(hidden=EDITION, cls=NamedArguments)
+from grader.cli import EDITION, Timeout, app, instructor_command, stderr, stdout, usage_error
 
 
 @instructor_command
@@ -85,7 +65,7 @@ def _chapters(names: list[str] | None) -> tuple[Chapter, ...]:
     return tuple(sorted(chapters, key=lambda chapter: chapter.number)) or CHAPTERS
 
 
-@named_instructor_command
+@instructor_command
 def batch(
     submissions: Annotated[Path, typer.Argument(
         metavar="SUBMISSIONS",
@@ -106,9 +86,7 @@ def batch(
         help="Students graded side by side.  \\[default: one per core]", show_default=False, min=0)] = 0,
     force: Annotated[bool, typer.Option(
         "--force", help="Grade every student again, not only those whose submission changed.")] = False,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one check may take; an exercise may take four times that.",
-        min=0.1)] = 10.0,
+    timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs, the same for every student.  \\[default: a fresh one]",
         show_default=False)] = None,
@@ -174,8 +152,9 @@ def release(
     folder: Annotated[Path, typer.Argument(
         help="Where the edition goes: a new or empty folder outside the course.", show_default=False)],
     seed: Annotated[list[int] | None, typer.Option(
-        "--seed", help="A seed to record (repeat the option for several); students grade with these "
-        "only.  \\[default: four fresh ones]", show_default=False)] = None,
+        "--seed", metavar="<seed>",
+        help="A seed to record (repeat the option for several); students grade with these only.  "
+        "\\[default: four fresh ones]", show_default=False)] = None,
     jobs: Annotated[int, typer.Option(
         help="Processes recording seeds side by side.  \\[default: one per core]",
         show_default=False, min=0)] = 0,
@@ -210,7 +189,7 @@ class Visibility(str, enum.Enum):
     hidden = "hidden"
 
 
-@named_instructor_command
+@instructor_command
 def gradescope(
     out: Annotated[Path, typer.Argument(
         metavar="OUT", help="The zip to write, e.g. autograder.zip.", show_default=False)],
@@ -220,9 +199,7 @@ def gradescope(
     visibility: Annotated[Visibility, typer.Option(
         metavar="<when>", help="When students see their results on Gradescope: "
         f"{', '.join(when.value for when in Visibility)}.")] = Visibility.visible,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds of CPU time one check may take; an exercise may take four times that.",
-        min=0.1)] = 10.0,
+    timeout: Timeout = 10.0,
 ) -> None:
     """Write a Gradescope autograder (for instructors).
 

@@ -223,6 +223,10 @@ def test_every_help_fits_80_columns_and_shows_no_value_for_a_flag(command):
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
     assert "<bool>" not in done.stdout  # --solutions, --json, --help take no value
+    # An argument is named as its help names it (SUBMISSIONS, [TARGETS...]), never
+    # typer's {submissions} or [targets]... over a type such as <list[str]>.
+    (usage,) = [line for line in done.stdout.splitlines() if "Usage:" in line]
+    assert not re.search(r"\[[a-z]", usage) and not re.search(r"[{}]|<list\[", done.stdout), usage
 
 
 def test_the_student_editions_seed_help_says_it_grades_with_its_recorded_seeds(tmp_path):
