@@ -58,15 +58,19 @@ class Noted(Exception):
     could see (which reductions a call ran), shown beside the exercise's
     verdict and never costing a point."""
 
-    def __init__(self, message: str, hint: str | None = None):
+    def __init__(self, message: str, hint: str | None = None, moot_if_failed: bool = False):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.moot_if_failed = moot_if_failed
 
 
-def note(message: str, hint: str | None = None) -> None:
-    """End the check as passed, with ``message`` (and ``hint``) as a note."""
-    raise Noted(message, hint)
+def note(message: str, hint: str | None = None, moot_if_failed: bool = False) -> None:
+    """End the check as passed, with ``message`` (and ``hint``) as a note.
+    ``moot_if_failed``: a note worth reading only once the exercise passes
+    (what is not known of a call that fails anyway), left out of a failed
+    exercise's row."""
+    raise Noted(message, hint, moot_if_failed)
 
 
 def shape_text(shape: Iterable[int]) -> str:

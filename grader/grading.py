@@ -441,11 +441,12 @@ def _in_few_words(message: str, width: int = 90) -> str:
 def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
              earlier: dict[str, ExerciseResult]) -> ExerciseResult:
     """Sum up an exercise's checks: all pass, or the first failure's sentence."""
-    failed = [check for check in checks if check.outcome == "failed"]
     ran = [check for check in checks if check.outcome != "skipped"]
     if not ran:
         return ExerciseResult(chapter, exercise, Status.FAILED, "no check ran (a grader problem)", checks)
-    noted = "; ".join(dict.fromkeys(check.note for check in ran if check.note))
+    failed = [check for check in checks if check.outcome == "failed"]
+    noted = "; ".join(dict.fromkeys(check.note for check in ran
+                                    if check.note and not (failed and check.moot_if_failed)))
     if not failed:
         return ExerciseResult(chapter, exercise, Status.PASSED, f"{len(ran)} checks passed", checks, noted)
     kinds = {check.kind for check in failed}

@@ -45,6 +45,7 @@ class CheckResult:
     details: str = ""  # a grader error's traceback, for --verbose
     reached: tuple[str, ...] = ()  # the exercises it builds on that the check's calls ran
     note: str = ""  # a passed check's note (``compare.note``): never a point
+    moot_if_failed: bool = False  # the note is left out of a failed exercise's row
 
 
 def check_title(item: pytest.Item) -> str:
@@ -170,6 +171,7 @@ class GradingPlugin:
             result.outcome, result.message = "skipped", str(error)
         elif isinstance(error, Noted):
             result.note = error.message + (f" ({error.hint})" if error.hint else "")
+            result.moot_if_failed = error.moot_if_failed
         elif isinstance(error, CheckFailure):
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary

@@ -211,8 +211,9 @@ def judge(text: str, answer: dict, device: str, locate=plain_line) -> None:
              f"{text} would fail on a GPU: {message[:300]}; {_ADVICE}", Failure.DEVICE)
     said = f"{error.get('type', 'an error')}: {message[:200]}" if message else str(error.get("type", "an error"))
     found = f"; {_sentence(text, problem, locate)}" if _kind(problem) else ""
+    # Moot where the exercise fails anyway: mostly the very error its failure says.
     note(f"{text} could not run with its inputs on the {device} device ({said}), so whether it would "
-         f"run on a GPU is not known{found}")
+         f"run on a GPU is not known{found}", moot_if_failed=True)
 
 
 _ADVICE = "make new tensors on the inputs' device (device=x.device), or on the device asked for"

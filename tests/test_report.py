@@ -110,6 +110,11 @@ def test_a_syntax_error_is_said_once(grade_source):
     assert statuses(report)["softmax"] == "failed"
     for width in WIDTHS:
         assert shown(report, width).count("was never closed") == 1
+    # Its caller fails on it, says so, and adds no note that the call could
+    # not run on the meta device, which is the same error again.
+    caller = result_of(report, "scaled_dot_product_attention")
+    assert caller.status == "failed" and "it uses softmax, which fails too" in caller.note
+    assert "meta device" not in caller.note and "syntax error" not in caller.note
 
 
 # -- 10: timeouts -------------------------------------------------------------------------
