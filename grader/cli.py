@@ -147,7 +147,8 @@ def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, 
                 chapter = find_chapter(target)
                 choice = chapter_choice(chapter, folder())
                 if choice is None:
-                    usage_error(f"no file {folder() / chapter.module}.py (or .ipynb) for {chapter.id}")
+                    usage_error(f"no file for {chapter.id} in {folder()} (expected {chapter.module}.py or "
+                                f".ipynb, or a name with {chapter.id} as a word, such as alice_{chapter.id}.py)")
                 path, why = choice
         except UnknownChapter as error:
             if as_path.is_dir():  # a chapter's name first, then a folder of that name

@@ -50,7 +50,8 @@ def test_untouched_stubs_get_nothing_and_say_so(stubs_run):
 @pytest.mark.parametrize("args, message", [
     (["grade", "nonsense"], "unknown chapter 'nonsense'"),
     (["grade", "--dir", "missing/"], "no such directory: missing"),
-    (["grade", "ch01", "--dir", "chapters"], "no file chapters/ch01_self_attention.py (or .ipynb) for ch01"),
+    (["grade", "ch01", "--dir", "chapters"], "no file for ch01 in chapters (expected ch01_self_attention.py or "
+     ".ipynb, or a name with ch01 as a word, such as alice_ch01.py)"),
     (["grade", "--solutions", "--dir", "exercises"], "either --solutions or --dir"),
     (["grade", "notes.txt"], "only .py files and .ipynb notebooks can be graded"),
     (["grade", "elsewhere/ch01_self_attention.py"], "no such file"),
