@@ -22,14 +22,15 @@ print(torch.allclose(out, y[:, 3:], atol=1e-6), cache[0].shape[2])  # True 5: th
 
 # %% try TinyLM
 torch.manual_seed(0)
-model = TinyLM(vocab_size=11, d_model=8, num_heads=2, num_layers=2, context=8)
+# A small model of its own name: `model` is the one train gives below.
+lm = TinyLM(vocab_size=11, d_model=8, num_heads=2, num_layers=2, context=8)
 tokens = torch.randint(11, (3, 6))  # (B, T), T <= context
-print(model(tokens).shape)  # torch.Size([3, 6, 11])
-print(sorted(name for name in model.state_dict() if not name.startswith("blocks")))
+print(lm(tokens).shape)  # torch.Size([3, 6, 11])
+print(sorted(name for name in lm.state_dict() if not name.startswith("blocks")))
 # ['head.bias', 'head.weight', 'ln_f.bias', 'ln_f.weight', 'pos_emb.weight', 'tok_emb.weight']
-logits, cache = model.forward_with_cache(tokens[:, :4])  # (3, 4, 11), one (k, v) a block
-last, cache = model.forward_with_cache(tokens[:, 4:5], cache)  # token 4 at position 4
-print(len(cache), torch.allclose(last, model(tokens[:, :5])[:, 4:], atol=1e-5))  # 2 True
+logits, cache = lm.forward_with_cache(tokens[:, :4])  # (3, 4, 11), one (k, v) a block
+last, cache = lm.forward_with_cache(tokens[:, 4:5], cache)  # token 4 at position 4
+print(len(cache), torch.allclose(last, lm(tokens[:, :5])[:, 4:], atol=1e-5))  # 2 True
 
 # %% try train
 from grader.catalog import COURSE_ROOT
@@ -50,10 +51,6 @@ tokens, logits = generate(small, prompt, 5)
 print(tokens.shape, logits.shape)  # torch.Size([2, 8]) torch.Size([2, 5, 11])
 # Cached = recomputed: the logits of the whole sequence, at the positions before each new token.
 print(torch.allclose(logits, small(tokens[:, :-1])[:, 2:], atol=1e-5))  # True
-# The model train gave above, continuing "the " greedily:
-start = torch.tensor([[alphabet.index(char) for char in "the "]])
-new_text, _ = generate(model, start, 28)  # 4 + 28 = 32 positions, the context
-print(repr("".join(alphabet[i] for i in new_text[0])))  # 'the to and the the the the token' for seed 0
 
 # %% try RoPETransformerBlock
 # Optional: leave it as it is and nothing is lost. Written, it should print what the comments say.
@@ -85,6 +82,12 @@ def first_block_weights(model, window, num_heads=2):
         future = torch.ones(length, length, dtype=torch.bool).triu(1)
         return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
 
+
+# The model train gave, continuing "the " greedily (the plot cell, as it needs train and
+# generate both written):
+start = torch.tensor([[alphabet.index(char) for char in "the "]])
+new_text, _ = generate(model, start, 28)  # 4 + 28 = 32 positions, the context
+print(repr("".join(alphabet[i] for i in new_text[0])))  # 'the to and the the the the token' for seed 0
 
 # The trained model's heads over the first 14 characters of the text. Expect one head to
 # have become a previous-token head (chapter 3): its weight sits on the diagonal just below
