@@ -125,7 +125,7 @@ def _print_failures(report: GradeReport, console: Console, verbose: bool) -> Non
         for check, *same in groups:
             console.print(_indented(check.check, 2, "bold"))
             console.print(_indented(_visible(check.message), 4))
-            if check.hint:
+            if check.hint and not result.reason.startswith(check.hint):  # a row gives its first hint
                 console.print(_indented(f"hint: {check.hint}", 4, "cyan"))
             if verbose and same:
                 console.print(_indented(f"and {len(same)} more check{'s' if len(same) > 1 else ''} "

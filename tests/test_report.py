@@ -197,3 +197,15 @@ def softmax(x, dim=-1):
         text = shown(report, verbose=verbose)
         assert "\x1b" not in text
         assert "\\x1b[2J\\x1b[H[bold]all checks passed[/bold]" in " ".join(text.split())
+
+
+def test_a_hint_is_said_once_in_the_row_not_again_under_its_check(grade_source):
+    report = grade_source(SOLUTION.replace("scale = 1.0 / math.sqrt(q.shape[-1])", "scale = 1.0"),
+                          only={"scaled_dot_product_attention"})
+    (result,) = [result for result in report.exercises if result.status == Status.FAILED]
+    hint = result.failed_checks[0].hint
+    assert hint and result.reason.startswith(hint)
+    for width in WIDTHS:
+        text = " ".join(shown(report, width).split())  # as one line, wherever it wrapped
+        assert text.count(hint) == 1, text
+        assert "max abs error" in text  # what the first failed check found, below the table
