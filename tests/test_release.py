@@ -28,12 +28,13 @@ from grader.cli import main
 from grader.compare import matches
 from grader.edition import revealing_passages, solution_blocks, write_edition
 from grader.grading import grade
-from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.known_bugs import KNOWN_BUGS, apply_bugs
 from grader.report import results_json
 
 SEED = 20240601
 # One bug a chapter, in different exercises and kinds of output (weights,
-# masks, module outputs, caches, RoPE, grouped heads), each with a hint in both trees.
+# masks, module outputs, caches, RoPE, grouped heads), each with a hint in both
+# trees; in chapter 7 two bugs made together, whose hint is the pair's.
 BUGS = {
     "ch01": ("scaled_dot_product_attention", "no-scale"),
     "ch02": ("cross_attention", "padding-hides-queries"),
@@ -41,7 +42,7 @@ BUGS = {
     "ch04": ("causal_mask", "top-left"),
     "ch05": ("apply_rope", "pairs-are-halves"),
     "ch06": ("grouped_query_attention", "tiled"),
-    "ch07": ("tiled_attention", "output-not-rescaled"),
+    "ch07": ("tiled_attention", "output-not-rescaled", "no-scale"),
     "ch08": ("TransformerBlock", "no-causal-mask"),
 }
 
@@ -68,8 +69,10 @@ def _bug_folder(folder: Path) -> Path:
     folder.mkdir()
     for chapter in CHAPTERS:
         source = chapter.solution().read_text(encoding="utf-8")
-        (bug,) = [bug for bug in KNOWN_BUGS[chapter.id] if (bug.exercise, bug.name) == BUGS[chapter.id]]
-        (folder / chapter.file_name).write_text(apply_bug(source, bug), encoding="utf-8")
+        exercise, *names = BUGS[chapter.id]
+        bugs = [bug for name in names for bug in KNOWN_BUGS[chapter.id]
+                if (bug.exercise, bug.name) == (exercise, name)]
+        (folder / chapter.file_name).write_text(apply_bugs(source, bugs), encoding="utf-8")
     return folder
 
 
@@ -309,6 +312,7 @@ def test_edition_grades_reference_and_bugs_as_the_instructor_tree(edition, tmp_p
     assert in_edition["tests"] == mine["tests"]
     assert in_edition["score"] == mine["score"] < mine["max_score"]
     assert sum("hint:" in test["output"] for test in mine["tests"]) >= len(BUGS)
+    assert "hint: looks like two mistakes together" in json.dumps(mine["tests"])  # chapter 7's pair
 
     # The reference, with the seed chosen for us (one of those recorded).
     solutions = tmp_path / "solutions"
