@@ -393,6 +393,16 @@ for path in sys.argv[1:]:
 """
 
 
+def run_all(paths: list[str]) -> subprocess.CompletedProcess:
+    """Run every code cell of each notebook, in order, as Run All does; it
+    must end well. check() returns at once here (as in a worker)."""
+    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *paths], capture_output=True, text=True,
+                              cwd=COURSE_ROOT / "exercises", timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(COURSE_ROOT), "MHA_COURSE_WORKER": "1"})
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
+    return finished
+
+
 def test_run_all_on_the_stub_notebooks_reaches_the_grading_cell():
     """Run All stops at the first cell that raises: in a stub, each try-it and
     plot cell says in a line that what it calls is not written yet, and the
@@ -400,10 +410,7 @@ def test_run_all_on_the_stub_notebooks_reaches_the_grading_cell():
     namespace, as a kernel runs them; check() returns at once here (as in a
     worker), since grading the stubs is tested elsewhere."""
     paths = [str(chapter.notebook()) for chapter in CHAPTERS]
-    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *paths], capture_output=True, text=True,
-                              cwd=COURSE_ROOT / "exercises", timeout=300,
-                              env={**os.environ, "PYTHONPATH": str(COURSE_ROOT), "MHA_COURSE_WORKER": "1"})
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
+    finished = run_all(paths)
     for path in paths:
         assert f"reached the end of {path}" in finished.stdout
     tried = sum(TRY in tags(cell) or "plot" in tags(cell) for chapter in CHAPTERS
@@ -452,9 +459,6 @@ def test_run_all_with_one_exercise_unwritten_reaches_the_grading_cell(solved, tm
             path = tmp_path / f"{chapter.id}_without_{exercise.name}.ipynb"
             nbformat.write(notebook, path)
             paths.append(str(path))
-    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *paths], capture_output=True, text=True,
-                              cwd=COURSE_ROOT / "exercises", timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(COURSE_ROOT), "MHA_COURSE_WORKER": "1"})
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
+    finished = run_all(paths)
     for path in paths:
         assert f"reached the end of {path}" in finished.stdout
