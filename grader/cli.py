@@ -62,6 +62,10 @@ class _PlainHelp:
                 param.display_type_rich = lambda ctx: ""  # its name and help say what it is
         return params
 
+
+class Command(_PlainHelp, TyperCommand):
+    """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
+
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
@@ -70,10 +74,6 @@ class _PlainHelp:
             else:
                 pieces += param.get_usage_pieces(ctx)
         return pieces
-
-
-class Command(_PlainHelp, TyperCommand):
-    """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
 
 
 class Group(_PlainHelp, TyperGroup):

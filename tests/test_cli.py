@@ -228,6 +228,7 @@ def test_every_help_fits_80_columns_and_shows_no_value_for_a_flag(command):
     # typer's {submissions} or [targets]... over a type such as <list[str]>.
     (usage,) = [line for line in done.stdout.splitlines() if "Usage:" in line]
     assert not re.search(r"\[[a-z]", usage) and not re.search(r"[{}]|<list\[", done.stdout), usage
+    assert "COMMAND [ARGS]..." in usage if not command else usage.split()[2] == command
 
 
 def test_the_student_editions_seed_help_says_it_grades_with_its_recorded_seeds(tmp_path):
