@@ -24,6 +24,10 @@ POLL = 0.05  # seconds between looks at the files
 # editor that writes a file in several steps (truncate, write, rename) is
 # not caught half way.
 SETTLE = 0.05
+# And an empty file for this long: the truncation is the first of those
+# steps, and on a busy machine the write after it may come more than SETTLE
+# later. Nobody waits on purpose for the grade of an empty file.
+SETTLE_EMPTY = 1.0
 
 Signature = tuple[tuple[int, int] | None, ...]
 
@@ -43,13 +47,13 @@ def signature(paths: Iterable[Path]) -> Signature:
 
 def next_save(paths: Sequence[Path], last: Signature, sleep: Callable[[float], None] = time.sleep) -> Signature:
     """Wait until the files differ from ``last`` and then stay unchanged for
-    ``SETTLE`` seconds; their signature then."""
+    ``SETTLE`` seconds (``SETTLE_EMPTY`` while one is empty); their signature then."""
     while True:
         sleep(POLL)
         now = signature(paths)
         if now == last:
             continue
-        sleep(SETTLE)
+        sleep(SETTLE_EMPTY if any(found is not None and found[1] == 0 for found in now) else SETTLE)
         settled = signature(paths)
         if settled == now:
             return now

@@ -14,7 +14,7 @@ import pytest
 
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
-from grader.watching import next_save, signature, watch
+from grader.watching import SETTLE, SETTLE_EMPTY, next_save, signature, watch
 
 CH01 = find_chapter("ch01")
 SOLUTION = CH01.solution().read_text(encoding="utf-8")
@@ -156,6 +156,26 @@ def test_a_save_is_graded_only_once_the_file_has_settled(tmp_path):
 
     assert next_save([path], last, sleep) == signature([path])
     assert path.read_text(encoding="utf-8") == "abc"
+
+
+def test_a_file_emptied_to_be_written_is_waited_for_longer(tmp_path):
+    """An editor truncates, then writes: on a busy machine the write may come
+    more than SETTLE after, and the empty file must not be graded then."""
+    path = tmp_path / "a.py"
+    path.write_text("a", encoding="utf-8")
+    last = signature([path])
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == 1:
+            path.write_text("", encoding="utf-8")  # truncated ...
+        elif seconds > SETTLE and len(waits) == 2:
+            path.write_text("ab", encoding="utf-8")  # ... and written, after more than SETTLE
+
+    assert next_save([path], last, sleep) == signature([path])
+    assert path.read_text(encoding="utf-8") == "ab"
+    assert SETTLE_EMPTY in waits
 
 
 def test_a_missing_file_has_a_signature_and_its_appearance_is_a_save(tmp_path):
