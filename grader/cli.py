@@ -1,7 +1,8 @@
 """The ``mha-course`` command: a student's ``grade``, ``watch`` and ``list``,
-and what every command shares; the instructor's ``verify``, ``build``,
-``release``, ``batch`` and ``gradescope`` are in ``grader.instructor_commands``,
-which the student edition hides and refuses in one line.
+and ``main``, which runs them all; what every command shares is in
+``grader.app``. The instructor's ``verify``, ``build``, ``release``,
+``batch`` and ``gradescope`` are in ``grader.instructor_commands``, which
+the student edition hides and refuses in one line.
 
 Errors in what was asked (an unknown chapter, a missing file or folder) are
 one red line on stderr and exit status 2; a grade exits 0 when every check
@@ -20,12 +21,23 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from grader.app import (
+    EDITION,
+    INSTRUCTOR_COMMANDS,
+    INTERRUPTED,
+    USAGE_ERROR,
+    Command,
+    Timeout,
+    app,
+    stderr,
+    stdout,
+    student_command,
+    usage_error,
+)
 from grader.catalog import (
     CHAPTERS,
     COURSE_ROOT,
@@ -34,77 +46,14 @@ from grader.catalog import (
     UnknownChapter,
     chapter_for_file,
     find_chapter,
-    is_student_edition,
 )
 from grader.finding import chapter_choice
-
-# The student edition shows a student's commands only; the instructor's are
-# answered with one line (main), since they need solutions/ or tests/.
-EDITION = is_student_edition()
-INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
-
-
-class _PlainHelp:
-    """Help that names what a student types. typer shows a type for every
-    value, a flag's too: ``--json <bool>`` reads as if ``--json true`` were
-    how to write it, and that is an error (``true`` is taken for a target);
-    and it writes an argument ``{submissions}`` or ``[targets]...`` over
-    ``<list[str]>``. A flag shows no value here, an argument its name in
-    capitals (``SUBMISSIONS``, ``[TARGETS]...``), as its help text names it."""
-
-    def get_params(self, ctx):
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False):
-                param.metavar = ""  # shown instead of the type
-            elif isinstance(param, TyperArgument) and param.metavar is None:
-                param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
-                param.display_type_rich = lambda ctx: ""  # its name and help say what it is
-        return params
-
-
-class Command(_PlainHelp, TyperCommand):
-    """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
-
-    def collect_usage_pieces(self, ctx) -> list[str]:
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if isinstance(param, TyperArgument):
-                pieces.append(param.metavar if param.required else f"[{param.metavar}]")
-            else:
-                pieces += param.get_usage_pieces(ctx)
-        return pieces
-
-
-class Group(_PlainHelp, TyperGroup):
-    """``mha-course`` itself, whose ``--help`` is a flag too."""
-
-
-app = typer.Typer(
-    help="Grade the exercises of the attention course." if EDITION else
-    "Grade the exercises of the attention course, and build them from the solutions.",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=Group,
-)
-student_command = app.command(cls=Command)
-instructor_command = app.command(hidden=EDITION, cls=Command)  # hidden in the edition
-stdout = Console()
-stderr = Console(stderr=True)
-
-USAGE_ERROR = 2
-INTERRUPTED = 130
 
 
 class Device(str, enum.Enum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
-
-
-def usage_error(message: str) -> NoReturn:
-    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(USAGE_ERROR)
 
 
 def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path, str]]:
@@ -199,9 +148,6 @@ Targets = Annotated[list[str] | None, typer.Argument(
 Folder = Annotated[Path | None, typer.Option(
     "--dir", help="Folder holding the submission.  \\[default: exercises/]", show_default=False)]
 Where = Annotated[Device, typer.Option(help="Where the checks run.")]
-Timeout = Annotated[float, typer.Option(
-    metavar="<seconds>", min=0.1,
-    help="Seconds of CPU time one check may take; an exercise may take four times that.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
 # The student edition grades with the seeds it recorded (grader.recorded), never a fresh one.
 WHICH_SEEDS, DEFAULT_SEED = ((": one of the seeds this edition recorded, the only ones it grades with",
@@ -396,6 +342,5 @@ def run() -> NoReturn:
     os._exit(code or 0)
 
 
-# Last, so that they find what they share with the student's commands above
-# (and come after them in --help).
-from grader import instructor_commands  # noqa: E402, F401  (registers them on app)
+# Last, so that they come after the student's commands above in --help.
+from grader import instructor_commands  # noqa: F401  (registers them on app)

@@ -1,7 +1,7 @@
 """The instructor's commands of ``mha-course``: ``verify``, ``batch``,
-``release``, ``gradescope`` and ``build``. They register on ``cli.app``
-(``grader.cli`` imports this module), hidden in the student edition, which
-answers them in one line since they need solutions/ or tests/.
+``release``, ``gradescope`` and ``build``. They register on ``grader.app``'s
+app (``grader.cli`` imports this module to have them), hidden in the student
+edition, which answers them in one line since they need solutions/ or tests/.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter
-from grader.cli import EDITION, Timeout, app, instructor_command, stderr, stdout, usage_error
+from grader.app import Timeout, instructor_command, stderr, stdout, usage_error
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter, is_student_edition
 
 
 @instructor_command
@@ -164,9 +164,8 @@ def release(
     Lessons, stubs, notebooks and the grader, with answers recorded from the
     reference instead of its code."""
     from grader.edition import ReleaseError, write_edition
-    from grader.recorded import is_edition
 
-    if is_edition():
+    if is_student_edition():
         usage_error("this is a student edition: release from the instructor's tree")
     with stderr.status("recording the reference's answers"):
         try:

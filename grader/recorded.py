@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from grader import wire
-from grader.catalog import COURSE_ROOT, Chapter, is_student_edition
+from grader.catalog import Chapter, is_student_edition
 from grader.recorded_values import compacted, digest, equal, plain, value_of
 
 # 2: a lookalike may be a combination of bugs, recorded as the list of their indices.
@@ -360,12 +360,7 @@ def oracle_answer(chapter: Chapter, name: str, args: tuple, kwargs: dict):
 # -- the mode ---------------------------------------------------------------------------
 
 
-def is_edition(root: Path = COURSE_ROOT) -> bool:
-    """A student edition: recordings and no reference solutions."""
-    return is_student_edition(root)
-
-
-MODE: Recorder | Replayer | None = Replayer() if is_edition() else None
+MODE: Recorder | Replayer | None = Replayer() if is_student_edition() else None
 
 
 @contextlib.contextmanager

@@ -17,10 +17,9 @@ from pathlib import Path
 
 
 from grader.build import edited_files, generated_files, stale_files, write_stubs
-from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapter, is_student_edition
 from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
-from grader.recorded import is_edition
 from grader.sandbox import preload
 from grader.shards import forked_pool
 
@@ -80,7 +79,7 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
             checked against the build: a copy, in a test that must not
             touch the course's own ``exercises/``.
     """
-    if is_edition():
+    if is_student_edition():
         raise GraderError("this is the student edition: it has no reference solutions to verify "
                           "the checks with; run mha-course verify in the instructor's tree")
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}

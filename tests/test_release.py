@@ -23,7 +23,7 @@ import torch
 
 from conftest import ADDED_BUGS, VERIFY_SEED
 from grader import recorded, recorded_values
-from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter, is_student_edition
 from grader.cli import main
 from grader.compare import matches
 from grader.edition import revealing_passages, solution_blocks, write_edition
@@ -224,7 +224,7 @@ def test_edition_answers_an_instructors_command_in_one_line(edition, command, tm
 
 
 def test_instructor_tree_does_not_replay():
-    assert not recorded.is_edition()
+    assert not is_student_edition()
     assert recorded.MODE is None
     assert not (COURSE_ROOT / "grader" / "recorded").exists()
 

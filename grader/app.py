@@ -1,0 +1,86 @@
+"""What every ``mha-course`` command shares: the typer app they register
+on, the command class that writes their help, the consoles, and the one
+way a command refuses what it was asked (``usage_error``: one red line on
+stderr, exit status 2). The student's commands are in ``grader.cli``, the
+instructor's in ``grader.instructor_commands``; both import this module,
+and neither imports the other but ``cli``, which registers them all.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+from grader.catalog import is_student_edition
+
+# The student edition shows a student's commands only; the instructor's are
+# answered with one line (main), since they need solutions/ or tests/.
+EDITION = is_student_edition()
+INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
+
+
+class _PlainHelp:
+    """Help that names what a student types. typer shows a type for every
+    value, a flag's too: ``--json <bool>`` reads as if ``--json true`` were
+    how to write it, and that is an error (``true`` is taken for a target);
+    and it writes an argument ``{submissions}`` or ``[targets]...`` over
+    ``<list[str]>``. A flag shows no value here, an argument its name in
+    capitals (``SUBMISSIONS``, ``[TARGETS]...``), as its help text names it."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""  # shown instead of the type
+            elif isinstance(param, TyperArgument) and param.metavar is None:
+                param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+                param.display_type_rich = lambda ctx: ""  # its name and help say what it is
+        return params
+
+
+class Command(_PlainHelp, TyperCommand):
+    """Every command of ``mha-course`` (``cls=`` of ``app.command``)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                pieces.append(param.metavar if param.required else f"[{param.metavar}]")
+            else:
+                pieces += param.get_usage_pieces(ctx)
+        return pieces
+
+
+class Group(_PlainHelp, TyperGroup):
+    """``mha-course`` itself, whose ``--help`` is a flag too."""
+
+
+app = typer.Typer(
+    help="Grade the exercises of the attention course." if EDITION else
+    "Grade the exercises of the attention course, and build them from the solutions.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    cls=Group,
+)
+student_command = app.command(cls=Command)
+instructor_command = app.command(hidden=EDITION, cls=Command)  # hidden in the edition
+stdout = Console()
+stderr = Console(stderr=True)
+
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+def usage_error(message: str) -> NoReturn:
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(USAGE_ERROR)
+
+
+# Given to every command that grades.
+Timeout = Annotated[float, typer.Option(
+    metavar="<seconds>", min=0.1,
+    help="Seconds of CPU time one check may take; an exercise may take four times that.")]
