@@ -195,7 +195,7 @@ def expect_close(
     expected: torch.Tensor | np.ndarray,
     what: str,
     *,
-    bugs: Callable[[], Iterable[tuple[str, object]]] | None = None,
+    lookalikes: Callable[[], Iterable[tuple[str, object]]] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     reference: str = "the reference",
@@ -207,23 +207,24 @@ def expect_close(
         expected: the right answer.
         what: the value being checked, for the message ("weights of
             scaled_dot_product_attention(q (2, 5, 8), ...)").
-        bugs: called only on a mismatch; yields ``(hint, wrong value)`` pairs
-            for known wrong implementations run on the same inputs. The first
-            hint whose value matches ``got`` goes with the failure.
+        lookalikes: called only on a mismatch; yields ``(hint, wrong value)``
+            pairs, the known bugs run on the same inputs
+            (``known_bugs.Lookalikes``). The first hint whose value matches
+            ``got`` goes with the failure.
         rtol, atol: override the dtype's tolerance.
         reference: what ``expected`` came from, for the message.
     """
     try:
         expect_like(got, expected, what)
     except CheckFailure as failure:  # a wrong shape can be a known bug's shape
-        failure.hint = failure.hint or matching_hint(got, bugs)
+        failure.hint = failure.hint or matching_hint(got, lookalikes)
         raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
     close = close_mask(got_t, expected_t, *_tolerance(expected_t.dtype, rtol, atol))
     if bool(close.all()):
         return
     message, summary = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)
-    fail(message, hint=matching_hint(got, bugs), summary=summary)
+    fail(message, hint=matching_hint(got, lookalikes), summary=summary)
 
 
 def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
@@ -262,12 +263,13 @@ def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
             f"{count}, by up to {largest}{at}")
 
 
-def matching_hint(got: object, bugs) -> str | None:
-    """The hint of the first known bug (``bugs()`` yields ``(hint, value)``)
-    whose value ``got`` matches; None if none does or ``bugs`` is None."""
-    if bugs is None:
+def matching_hint(got: object, lookalikes) -> str | None:
+    """The hint of the first known bug (``lookalikes()`` yields ``(hint,
+    value)``) whose value ``got`` matches; None if none does or
+    ``lookalikes`` is None."""
+    if lookalikes is None:
         return None
-    for hint, wrong in bugs():
+    for hint, wrong in lookalikes():
         if matches(got, wrong):
             return hint
     return None

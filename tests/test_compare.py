@@ -85,11 +85,11 @@ def test_a_matching_known_bug_gives_its_hint():
     expected = torch.ones(3)
     got = torch.full((3,), 2.0)
 
-    def bugs():
+    def lookalikes():
         return iter([("looks like bug A", torch.zeros(3)), ("looks like bug B", torch.full((3,), 2.0))])
 
-    assert message_of(got, expected, bugs=bugs).hint == "looks like bug B"
-    assert message_of(got * 3, expected, bugs=bugs).hint is None
+    assert message_of(got, expected, lookalikes=lookalikes).hint == "looks like bug B"
+    assert message_of(got * 3, expected, lookalikes=lookalikes).hint is None
 
 
 def test_tuples_are_unpacked_or_explained():

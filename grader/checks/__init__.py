@@ -99,11 +99,11 @@ def run(submission, name: str, *args, **kwargs):
 
 
 def expect_raises(submission, name: str, args: tuple, kwargs: dict, errors: tuple[str, ...],
-                  why: str, module: ModuleCall | None = None, bugs=None) -> None:
+                  why: str, module: ModuleCall | None = None, lookalikes=None) -> None:
     """The call (of a class built as ``module`` says, if given) raises one
     of ``errors`` (exception class names); ``why`` says what the docstring
-    refuses, for the message. ``bugs``, as ``expect_close`` takes it, gives
-    a hint when what came back instead matches a known bug."""
+    refuses, for the message. ``lookalikes``, as ``expect_close`` takes
+    them, give a hint when what came back instead matches a known bug."""
     expected = " or ".join(f"an {error}" if error[0] in "AEIOU" else f"a {error}" for error in errors)
     try:
         got = submission.call(name, args, kwargs, module=module)
@@ -114,7 +114,7 @@ def expect_raises(submission, name: str, args: tuple, kwargs: dict, errors: tupl
             fail(f"{failure.message}; expected {expected} ({why})", Failure.ERROR)
         return
     call = submission.call_text(name, args, kwargs, module=module)
-    fail(f"{call} returned {describe(got)}; expected {expected} ({why})", hint=matching_hint(got, bugs),
+    fail(f"{call} returned {describe(got)}; expected {expected} ({why})", hint=matching_hint(got, lookalikes),
          summary=f"returned {describe(got)}, expected {expected}")
 
 
@@ -218,7 +218,7 @@ def expect_module_matches_reference(submission, reference, bugs, name: str, reci
     compared with the known bugs of ``name``."""
     got, call = run_module(submission, name, recipe, *args)
     expect_close(got, reference_module_call(reference, name, recipe, *args), call,
-                 bugs=bugs.module(name, recipe, *args))
+                 lookalikes=bugs.module(name, recipe, *args))
 
 
 def run_with_gradients(submission, name: str, args: list, kwargs: dict, wrt: list[int],
@@ -243,7 +243,7 @@ def expect_attention(got, expected, call_text: str, lookalikes=None, reference: 
     output, weights = unpack(got, ("output", "weights"), call_text)
     expected_output, expected_weights = expected
     expect_close(weights, expected_weights, f"weights of {call_text}", reference=reference,
-                 bugs=lookalikes.part(1) if lookalikes else None, rtol=rtol)
+                 lookalikes=lookalikes.part(1) if lookalikes else None, rtol=rtol)
     expect_close(output, expected_output, f"output of {call_text}", reference=reference,
-                 bugs=lookalikes.part(0) if lookalikes else None, rtol=rtol)
+                 lookalikes=lookalikes.part(0) if lookalikes else None, rtol=rtol)
     return output, weights

@@ -58,7 +58,7 @@ def test_softmax_matches_reference(submission, reference, bugs, inputs, shape, d
     """matches the reference"""
     x = inputs.randn(*shape) * 3
     got, call = run(submission, "softmax", x, dim=dim)
-    expect_close(got, reference.softmax(x, dim=dim), call, bugs=bugs.softmax(x, dim=dim))
+    expect_close(got, reference.softmax(x, dim=dim), call, lookalikes=bugs.softmax(x, dim=dim))
 
 
 @exercise("softmax")
@@ -102,7 +102,7 @@ def test_softmax_survives_huge_logits(submission, bugs, inputs, size):
     x[0] = torch.tensor([1000.0, 1001.0, 1002.0, -1000.0, 0.0, 3.0])
     got, call = run(submission, "softmax", x, dim=-1)
     expect_close(got, torch.softmax(x, dim=-1), f"{call} with entries as large as {x.abs().max():.0f}",
-                 bugs=bugs.softmax(x, dim=-1), reference="torch.softmax")
+                 lookalikes=bugs.softmax(x, dim=-1), reference="torch.softmax")
 
 
 @exercise("softmax")
@@ -357,7 +357,7 @@ def test_softmax_numpy_matches_reference(submission, reference, bugs, inputs, sh
     """matches the reference"""
     x = inputs.numpy(*shape, dtype=dtype) * 3
     got, call = run(submission, "softmax_numpy", x, axis=axis)
-    expect_close(got, reference.softmax_numpy(x, axis=axis), call, bugs=bugs.softmax_numpy(x, axis=axis))
+    expect_close(got, reference.softmax_numpy(x, axis=axis), call, lookalikes=bugs.softmax_numpy(x, axis=axis))
 
 
 @exercise("softmax_numpy")
@@ -374,7 +374,7 @@ def test_softmax_numpy_survives_huge_logits(submission, bugs, inputs):
     x = inputs.numpy(3, 6) * 1e4
     got, call = run(submission, "softmax_numpy", x, axis=-1)
     expect_close(got, torch.softmax(torch.from_numpy(x), dim=-1).numpy(),
-                 f"{call} with entries up to ±1e4", bugs=bugs.softmax_numpy(x, axis=-1),
+                 f"{call} with entries up to ±1e4", lookalikes=bugs.softmax_numpy(x, axis=-1),
                  reference="torch.softmax")
 
 

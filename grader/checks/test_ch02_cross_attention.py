@@ -71,7 +71,7 @@ def test_padding_mask_matches_reference(submission, reference, bugs, case):
     lengths = _lengths(*values)
     got, call = run(submission, "padding_mask", lengths, max_len=max_len)
     expect_close(got, reference.padding_mask(lengths, max_len=max_len), f"{call} with lengths {list(values)}",
-                 bugs=bugs.padding_mask(lengths, max_len=max_len))
+                 lookalikes=bugs.padding_mask(lengths, max_len=max_len))
 
 
 @exercise("padding_mask")
@@ -83,7 +83,7 @@ def test_padding_mask_matches_loop(submission, bugs, case):
     got, call = run(submission, "padding_mask", lengths, max_len=max_len)
     expected = oracles.padding_mask(lengths, max_len or max(values))
     expect_close(got, expected, f"{call} with lengths {list(values)}",
-                 bugs=bugs.padding_mask(lengths, max_len=max_len), reference="a loop over the positions")
+                 lookalikes=bugs.padding_mask(lengths, max_len=max_len), reference="a loop over the positions")
 
 
 @exercise("padding_mask")
@@ -137,7 +137,7 @@ def test_convert_mask_matches_reference(submission, reference, bugs, inputs, sou
     mask = oracles.mask_in_convention(attend, source, inputs.randn(2, 4, 5))
     got, call = run(submission, "convert_mask", mask, source, target)
     expect_close(got, reference.convert_mask(mask, source, target), call,
-                 bugs=bugs.convert_mask(mask, source, target))
+                 lookalikes=bugs.convert_mask(mask, source, target))
 
 
 @exercise("convert_mask")
@@ -152,7 +152,7 @@ def test_convert_mask_keeps_any_shape(submission, reference, bugs, inputs, shape
             continue
         got, call = run(submission, "convert_mask", mask, source, target)
         expect_close(got, reference.convert_mask(mask, source, target), call,
-                     bugs=bugs.convert_mask(mask, source, target))
+                     lookalikes=bugs.convert_mask(mask, source, target))
 
 
 @exercise("convert_mask")
@@ -234,7 +234,7 @@ def test_convert_mask_additive_uses_dtype(submission, reference, bugs, inputs, d
     attend = inputs.mask(3, 5, keep=0.5)
     got, call = run(submission, "convert_mask", attend, "attend", "additive", dtype=dtype)
     expect_close(got, reference.convert_mask(attend, "attend", "additive", dtype=dtype), call,
-                 bugs=bugs.convert_mask(attend, "attend", "additive", dtype=dtype))
+                 lookalikes=bugs.convert_mask(attend, "attend", "additive", dtype=dtype))
 
 
 # -- combine_masks ---------------------------------------------------------------------
@@ -274,7 +274,7 @@ def test_combine_masks_matches_reference(submission, reference, bugs, inputs, ca
     key_padding, attn_mask = _combine_inputs(inputs, case)
     got, call = run(submission, "combine_masks", key_padding, attn_mask=attn_mask)
     expect_close(got, reference.combine_masks(key_padding, attn_mask=attn_mask), call,
-                 bugs=bugs.combine_masks(key_padding, attn_mask=attn_mask))
+                 lookalikes=bugs.combine_masks(key_padding, attn_mask=attn_mask))
 
 
 @exercise("combine_masks")
@@ -304,7 +304,7 @@ def test_combine_masks_works_on_multi_head_scores(submission, bugs, inputs, case
     expect_close(output, oracles.per_sequence_attention(q, k, v, key_padding, attn_mask),
                  f"F.scaled_dot_product_attention on (B, H, L, S) = {scores_shape} scores "
                  f"with attn_mask={call}", reference="attention run one sequence at a time",
-                 bugs=lambda: ((hint, _attention_or_none(q, k, v, mask)) for hint, mask in lookalikes()))
+                 lookalikes=lambda: ((hint, _attention_or_none(q, k, v, mask)) for hint, mask in lookalikes()))
 
 
 def _hint_of(got, lookalikes):

@@ -78,7 +78,7 @@ def test_split_heads_matches_reference(submission, reference, bugs, inputs, case
     _, shape, heads = case
     x = inputs.randn(*shape)
     got, call = run(submission, "split_heads", x, heads)
-    expect_close(got, reference.split_heads(x, heads), call, bugs=bugs.split_heads(x, heads))
+    expect_close(got, reference.split_heads(x, heads), call, lookalikes=bugs.split_heads(x, heads))
 
 
 @exercise("split_heads")
@@ -88,7 +88,7 @@ def test_split_heads_gives_each_head_its_slice(submission, bugs, inputs, case):
     _, shape, heads = case
     x = inputs.randn(*shape)
     got, call = run(submission, "split_heads", x, heads)
-    expect_close(got, oracles.split_heads(x, heads), call, bugs=bugs.split_heads(x, heads),
+    expect_close(got, oracles.split_heads(x, heads), call, lookalikes=bugs.split_heads(x, heads),
                  reference="a stack of the heads' feature slices")
 
 
@@ -125,7 +125,7 @@ def test_merge_heads_matches_reference(submission, reference, bugs, inputs, case
     """matches the reference"""
     x = inputs.randn(*case[1])
     got, call = run(submission, "merge_heads", x)
-    expect_close(got, reference.merge_heads(x), call, bugs=bugs.merge_heads(x))
+    expect_close(got, reference.merge_heads(x), call, lookalikes=bugs.merge_heads(x))
 
 
 @exercise("merge_heads")
@@ -134,7 +134,7 @@ def test_merge_heads_concatenates_the_heads(submission, bugs, inputs, case):
     """puts head h in features h*d to (h+1)*d of every token"""
     x = inputs.randn(*case[1])
     got, call = run(submission, "merge_heads", x)
-    expect_close(got, oracles.merge_heads(x), call, bugs=bugs.merge_heads(x),
+    expect_close(got, oracles.merge_heads(x), call, lookalikes=bugs.merge_heads(x),
                  reference="torch.cat(x.unbind(-3), dim=-1)")
 
 
@@ -145,7 +145,7 @@ def test_merge_heads_undoes_split(submission, bugs, inputs, heads):
     x = inputs.randn(2, 5, 12, dtype=torch.float64)
     split = oracles.split_heads(x, heads)  # (2, H, 5, 12 // H), split here, not by your split_heads
     got, call = run(submission, "merge_heads", split)
-    expect_close(got, x, f"{call} of x split into {heads} heads", bugs=bugs.merge_heads(split),
+    expect_close(got, x, f"{call} of x split into {heads} heads", lookalikes=bugs.merge_heads(split),
                  reference="the x before the split")
 
 
@@ -180,7 +180,7 @@ def test_multi_head_attention_matches_reference(submission, reference, bugs, inp
     args = _mha_inputs(inputs, case)
     got, call = run(submission, "multi_head_attention", *args)
     expect_close(got, reference.multi_head_attention(*args), call,
-                 bugs=bugs.multi_head_attention(*args))
+                 lookalikes=bugs.multi_head_attention(*args))
 
 
 @exercise("multi_head_attention")
@@ -189,7 +189,7 @@ def test_multi_head_attention_matches_head_loop(submission, bugs, inputs, case):
     """matches F.scaled_dot_product_attention run head by head"""
     args = _mha_inputs(inputs, case)
     got, call = run(submission, "multi_head_attention", *args)
-    expect_close(got, oracles.head_loop(*args), call, bugs=bugs.multi_head_attention(*args),
+    expect_close(got, oracles.head_loop(*args), call, lookalikes=bugs.multi_head_attention(*args),
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
 
@@ -203,8 +203,8 @@ def test_multi_head_attention_with_mask(submission, reference, bugs, inputs, kin
     got, call = run(submission, "multi_head_attention", *args, mask=mask)
     what = f"{call} (mask {kind}, True = may attend)"
     lookalikes = bugs.multi_head_attention(*args, mask=mask)
-    expect_close(got, reference.multi_head_attention(*args, mask=mask), what, bugs=lookalikes)
-    expect_close(got, oracles.head_loop(*args, mask=mask), what, bugs=lookalikes,
+    expect_close(got, reference.multi_head_attention(*args, mask=mask), what, lookalikes=lookalikes)
+    expect_close(got, oracles.head_loop(*args, mask=mask), what, lookalikes=lookalikes,
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
 
@@ -226,7 +226,7 @@ def test_multi_head_attention_matches_pytorch_module(submission, bugs, inputs, k
             state["out.weight"])
     got, call = run(submission, "multi_head_attention", *args, mask=mask)
     expected = oracles.pytorch_multi_head_attention(state, heads, query, key, value, mask)
-    expect_close(got, expected, call, bugs=bugs.multi_head_attention(*args, mask=mask),
+    expect_close(got, expected, call, lookalikes=bugs.multi_head_attention(*args, mask=mask),
                  reference="nn.MultiheadAttention")
 
 
@@ -266,7 +266,7 @@ def test_multi_head_attention_fully_masked_query_gives_zeros(submission, bugs, i
     mask[0, :, 3] = False
     got, call = run(submission, "multi_head_attention", *args, mask=mask)
     expect_close(got, oracles.head_loop(*args, mask=mask), f"{call} where query [0, 3] may attend to no key",
-                 bugs=bugs.multi_head_attention(*args, mask=mask),
+                 lookalikes=bugs.multi_head_attention(*args, mask=mask),
                  reference="a loop over heads with F.scaled_dot_product_attention")
 
 
@@ -338,7 +338,7 @@ def test_module_matches_pytorch(submission, bugs, inputs, kind):
     got, call = run_module(submission, "MultiHeadAttention", recipe, x, mask=mask)
     expected, _ = oracles.module_attention(state, heads, x, mask)
     expect_close(got, expected, f"{call} ({kind})", reference="nn.MultiheadAttention",
-                 bugs=bugs.module("MultiHeadAttention", recipe, x, mask=mask))
+                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, mask=mask))
 
 
 @exercise("MultiHeadAttention")
@@ -452,7 +452,7 @@ def test_module_dropout_drops_weights(submission, reference, bugs, inputs):
     kept = weights != 0
     expect_close(weights, torch.where(kept, eval_weights / (1 - p), 0.0),
                  f"weights of {call} (each weight must be 0 or its eval-mode value / (1 - p))",
-                 bugs=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(1),
+                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(1),
                  reference="the eval-mode weights / (1 - p) where yours are not 0")
     dropped = int((~kept).sum())
     expect_true(dropped > 0, f"{call} dropped no attention weight (p=0.5, {weights.numel()} weights)")
@@ -468,7 +468,7 @@ def test_module_dropout_output_uses_returned_weights(submission, bugs, inputs):
     through_output = oracles.values_through_output(state, heads, x)  # (B, H, T, D)
     expected = (weights @ through_output).sum(dim=-3) + state["out.bias"]  # (B, T, D)
     expect_close(output, expected, f"output of {call}",
-                 bugs=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(0),
+                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(0),
                  reference="out(merge_heads(weights @ v)) recomputed with your returned weights")
 
 
@@ -523,7 +523,7 @@ def test_torch_forward_matches_pytorch(submission, bugs, inputs, case):
     args, state = _torch_inputs(inputs, case)
     got, call = run(submission, "torch_multihead_forward", *args, batch_first=batch_first)
     expect_close(got, oracles.torch_multihead_forward(state, *args[:4], batch_first), call,
-                 bugs=bugs.torch_multihead_forward(*args, batch_first=batch_first),
+                 lookalikes=bugs.torch_multihead_forward(*args, batch_first=batch_first),
                  reference="nn.MultiheadAttention")
 
 
@@ -537,7 +537,9 @@ def test_torch_forward_with_key_padding_mask(submission, bugs, inputs, case):
     got, call = run(submission, "torch_multihead_forward", *args, key_padding_mask=padding,
                     batch_first=batch_first)
     expect_close(got, oracles.torch_multihead_forward(state, *args[:4], batch_first, padding), call,
-                 bugs=bugs.torch_multihead_forward(*args, key_padding_mask=padding, batch_first=batch_first),
+
+                 lookalikes=bugs.torch_multihead_forward(*args, key_padding_mask=padding,
+                                                         batch_first=batch_first),
                  reference="nn.MultiheadAttention")
 
 
@@ -551,7 +553,7 @@ def test_torch_forward_without_in_proj_bias(submission, bugs, inputs, biases):
         state = {"qkv.weight": state["qkv.weight"], "out.weight": state["out.weight"]}  # bias=False
     got, call = run(submission, "torch_multihead_forward", *args)
     expect_close(got, oracles.torch_multihead_forward(state, *args[:4], False), call,
-                 bugs=bugs.torch_multihead_forward(*args), reference="nn.MultiheadAttention")
+                 lookalikes=bugs.torch_multihead_forward(*args), reference="nn.MultiheadAttention")
 
 
 @exercise("torch_multihead_forward")
@@ -563,10 +565,10 @@ def test_torch_forward_layouts_agree(submission, reference, bugs, inputs):
     seq_args = (*(t.transpose(0, 1).contiguous() for t in args[:3]), *args[3:])
     seq, call_seq = run(submission, "torch_multihead_forward", *seq_args, batch_first=False)
     expect_close(first, reference.torch_multihead_forward(*args, batch_first=True), call_first,
-                 bugs=bugs.torch_multihead_forward(*args, batch_first=True))
+                 lookalikes=bugs.torch_multihead_forward(*args, batch_first=True))
     expect_like(seq, first.transpose(0, 1), call_seq)
     expect_close(seq, first.transpose(0, 1), call_seq,
-                 bugs=bugs.torch_multihead_forward(*seq_args, batch_first=False),
+                 lookalikes=bugs.torch_multihead_forward(*seq_args, batch_first=False),
                  reference="your batch_first=True output, transposed to (L, N, E)")
 
 

@@ -55,7 +55,7 @@ def _expect_mask(got, expected: torch.Tensor, call: str, lookalikes=None,
     """A boolean (L, S) mask equal to ``expected``; on a mismatch, say which
     keys the first wrong row lets its query see."""
     try:
-        expect_close(got, expected, call, bugs=lookalikes, reference=reference)
+        expect_close(got, expected, call, lookalikes=lookalikes, reference=reference)
     except CheckFailure as failure:
         if failure.kind != Failure.MISMATCH or not isinstance(got, torch.Tensor) or got.dim() != 2:
             raise
@@ -88,7 +88,7 @@ def _step(submission, x_new, num_heads, weights, cache=None):
 
 def _at(lookalikes, *path, then=None):
     """The lookalikes' values at ``path`` inside their nested tuple answers
-    (passed through ``then`` if given), for ``expect_close(bugs=...)``."""
+    (passed through ``then`` if given), for ``expect_close(lookalikes=...)``."""
     def values():
         for hint, value in lookalikes():
             try:
@@ -206,7 +206,7 @@ def test_causal_self_attention_matches_reference(submission, reference, bugs, in
     x, num_heads, weights = _attention_inputs(inputs, case)
     got, call = run(submission, "causal_self_attention", x, num_heads, *weights)
     expect_close(got, reference.causal_self_attention(x, num_heads, *weights), call,
-                 bugs=bugs.causal_self_attention(x, num_heads, *weights))
+                 lookalikes=bugs.causal_self_attention(x, num_heads, *weights))
 
 
 @exercise("causal_self_attention")
@@ -233,7 +233,7 @@ def test_causal_self_attention_with_padding(submission, reference, bugs, inputs,
     call = f"{call} with lengths {PADDED_LENGTHS}"
     if oracle == "reference":
         expect_close(got, reference.causal_self_attention(x, 2, *weights, lengths=lengths), call,
-                     bugs=bugs.causal_self_attention(x, 2, *weights, lengths=lengths))
+                     lookalikes=bugs.causal_self_attention(x, 2, *weights, lengths=lengths))
     else:
         expect_close(got, oracles.causal_self_attention(x, 2, *weights, lengths=lengths), call,
                      reference="PyTorch (causal mask & key padding)")
@@ -312,7 +312,8 @@ def test_causal_self_attention_low_precision(submission, reference, bugs, inputs
     got, call = run(submission, "causal_self_attention", low[0], 2, *low[1:], lengths=lengths)
     expected = reference.causal_self_attention(x, 2, *weights, lengths=lengths).to(dtype)
     rtol, atol = LOW_PRECISION[dtype]
-    expect_close(got, expected, call, bugs=bugs.causal_self_attention(low[0], 2, *low[1:], lengths=lengths),
+    expect_close(got, expected, call,
+                 lookalikes=bugs.causal_self_attention(low[0], 2, *low[1:], lengths=lengths),
                  rtol=rtol, atol=atol, reference="the float32 reference")
 
 
@@ -348,9 +349,9 @@ def test_attend_with_cache_matches_reference(submission, reference, bugs, inputs
     output, k, v = _split_step(got, call, lookalikes)
     expected_output, (expected_k, expected_v) = reference.attend_with_cache(x_new, num_heads, *weights,
                                                                             cache=cache)
-    expect_close(k, expected_k, f"the key cache returned by {call}", bugs=_at(lookalikes, 1, 0))
-    expect_close(v, expected_v, f"the value cache returned by {call}", bugs=_at(lookalikes, 1, 1))
-    expect_close(output, expected_output, f"output of {call}", bugs=_at(lookalikes, 0))
+    expect_close(k, expected_k, f"the key cache returned by {call}", lookalikes=_at(lookalikes, 1, 0))
+    expect_close(v, expected_v, f"the value cache returned by {call}", lookalikes=_at(lookalikes, 1, 1))
+    expect_close(output, expected_output, f"output of {call}", lookalikes=_at(lookalikes, 0))
 
 
 @exercise("attend_with_cache")
@@ -385,7 +386,7 @@ def test_attend_with_cache_keeps_the_cache_it_is_given(submission, bugs, inputs)
             fail(f"{what} is {describe(returned)}, expected a tensor (2, 2, 7, 4): the 5 cached "
                  "tokens, then the 2 new ones", hint=matching_hint(returned, _at(lookalikes, 1, index)))
         expect_close(returned[:, :, :5], given, f"the first 5 tokens of {what} (the cached ones, "
-                     "which come first)", bugs=_at(lookalikes, 1, index, then=lambda t: t[:, :, :5]),
+                     "which come first)", lookalikes=_at(lookalikes, 1, index, then=lambda t: t[:, :, :5]),
                      reference="the cache passed in")
 
 
@@ -432,7 +433,7 @@ def test_attend_with_cache_token_by_token_matches_full_forward(submission, refer
     full = reference.causal_self_attention(x, 2, *weights)  # (B, T, d_out)
     for start, stop, output, _, call, lookalikes in _decode(submission, x, 2, weights, [1] * 6, bugs):
         expect_close(output, full[:, start:stop], f"output of step {start} of token-by-token decoding, "
-                     f"{call}", bugs=_at(lookalikes, 0),
+                     f"{call}", lookalikes=_at(lookalikes, 0),
                      reference=f"row {start} of causal_self_attention over all 6 tokens")
 
 
@@ -445,7 +446,7 @@ def test_attend_with_cache_in_chunks_matches_full_forward(submission, bugs, inpu
     full = oracles.causal_self_attention(x, 2, *weights)  # (B, T, d_out)
     for start, stop, output, _, call, lookalikes in _decode(submission, x, 2, weights, chunks, bugs):
         expect_close(output, full[:, start:stop], f"output for {_tokens(start, stop)} of a prompt fed in "
-                     f"chunks of {list(chunks)}, {call}", bugs=_at(lookalikes, 0),
+                     f"chunks of {list(chunks)}, {call}", lookalikes=_at(lookalikes, 0),
                      reference=f"the rows of PyTorch's causal attention over all {len(x[0])} tokens")
 
 
@@ -456,9 +457,11 @@ def test_attend_with_cache_holds_every_token(submission, bugs, inputs):
     weights = _weights(inputs, 8, 8, 4, 8)
     all_k, all_v = oracles.keys_and_values(x, 2, weights[1], weights[2])  # (B, H, T, d)
     for _, stop, _, (k, v), call, lookalikes in _decode(submission, x, 2, weights, (3, 1, 2), bugs):
-        expect_close(k, all_k[:, :, :stop], f"the key cache returned by {call}", bugs=_at(lookalikes, 1, 0),
+        expect_close(k, all_k[:, :, :stop], f"the key cache returned by {call}",
+                     lookalikes=_at(lookalikes, 1, 0),
                      reference=f"the keys of tokens 0..{stop - 1}, x @ w_k.T split into heads")
-        expect_close(v, all_v[:, :, :stop], f"the value cache returned by {call}", bugs=_at(lookalikes, 1, 1),
+        expect_close(v, all_v[:, :, :stop], f"the value cache returned by {call}",
+                     lookalikes=_at(lookalikes, 1, 1),
                      reference=f"the values of tokens 0..{stop - 1}, x @ w_v.T split into heads")
 
 

@@ -84,7 +84,7 @@ def test_rope_angles_matches_reference(submission, reference, bugs, inputs, case
     positions = torch.randint(0, largest, shape, generator=inputs.generator)
     got, call = run(submission, "rope_angles", positions, head_dim, theta)
     expect_close(got, reference.rope_angles(positions, head_dim, theta), call,
-                 bugs=bugs.rope_angles(positions, head_dim, theta))
+                 lookalikes=bugs.rope_angles(positions, head_dim, theta))
 
 
 @exercise("rope_angles")
@@ -97,7 +97,7 @@ def test_rope_angles_matches_the_formula(submission, bugs, inputs, case):
     positions = torch.randint(0, largest, shape, generator=inputs.generator)
     got, call = run(submission, "rope_angles", positions, head_dim, theta)
     expect_close(got, oracles.angles_by_hand(positions, head_dim, theta), call,
-                 bugs=bugs.rope_angles(positions, head_dim, theta),
+                 lookalikes=bugs.rope_angles(positions, head_dim, theta),
                  reference="position * theta ** (-2k / d)")
 
 
@@ -107,7 +107,7 @@ def test_rope_angles_first_and_last_frequency(submission, bugs):
     positions = torch.tensor([1])
     got, call = run(submission, "rope_angles", positions, 8, 10000.0)
     expected = torch.tensor([[1.0, 0.1, 0.01, 0.001]])  # 10000^(-0/8), ^(-2/8), ^(-4/8), ^(-6/8)
-    expect_close(got, expected, f"{call} at position 1", bugs=bugs.rope_angles(positions, 8, 10000.0),
+    expect_close(got, expected, f"{call} at position 1", lookalikes=bugs.rope_angles(positions, 8, 10000.0),
                  reference="(1, 0.1, 0.01, 0.001)")
 
 
@@ -175,7 +175,7 @@ def _expect_float16_at_large_positions(submission, bugs, inputs, function: str, 
     # computation. A correct answer that multiplies in float16 is off by about
     # 5e-4; angles rounded to float16 (ulp 0.5 to 1 radian here) by 0.1 or more.
     expect_close(got, getattr(oracles, oracle)(x.float(), positions).half(), f"{call} at positions 1000 to 2000",
-                 bugs=getattr(bugs, function)(x, positions), rtol=1e-2, atol=5e-3,
+                 lookalikes=getattr(bugs, function)(x, positions), rtol=1e-2, atol=5e-3,
                  reference="the same rotation computed in float32")
 
 
@@ -198,7 +198,7 @@ def test_apply_rope_matches_reference(submission, reference, bugs, inputs, case)
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope", x, positions, theta)
     expect_close(got, reference.apply_rope(x, positions, theta), f"{call} ({case[3]} positions)",
-                 bugs=bugs.apply_rope(x, positions, theta))
+                 lookalikes=bugs.apply_rope(x, positions, theta))
 
 
 @exercise("apply_rope")
@@ -208,7 +208,7 @@ def test_apply_rope_matches_complex_multiplication(submission, bugs, inputs, cas
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope", x, positions, theta)
     expect_close(got, oracles.complex_rope(x, positions, theta), f"{call} ({case[3]} positions)",
-                 bugs=bugs.apply_rope(x, positions, theta), reference="complex multiplication")
+                 lookalikes=bugs.apply_rope(x, positions, theta), reference="complex multiplication")
 
 
 @exercise("apply_rope")
@@ -264,7 +264,7 @@ def test_apply_rope_half_matches_reference(submission, reference, bugs, inputs, 
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope_half", x, positions, theta)
     expect_close(got, reference.apply_rope_half(x, positions, theta), f"{call} ({case[3]} positions)",
-                 bugs=bugs.apply_rope_half(x, positions, theta))
+                 lookalikes=bugs.apply_rope_half(x, positions, theta))
 
 
 @exercise("apply_rope_half")
@@ -274,7 +274,7 @@ def test_apply_rope_half_matches_hugging_face(submission, bugs, inputs, case):
     x, positions, theta = _rope_inputs(inputs, case)
     got, call = run(submission, "apply_rope_half", x, positions, theta)
     expect_close(got, oracles.hf_rope(x, positions, theta), f"{call} ({case[3]} positions)",
-                 bugs=bugs.apply_rope_half(x, positions, theta), reference="Hugging Face's rotate_half")
+                 lookalikes=bugs.apply_rope_half(x, positions, theta), reference="Hugging Face's rotate_half")
 
 
 @exercise("apply_rope_half")
@@ -286,7 +286,7 @@ def test_apply_rope_half_is_apply_rope_permuted(submission, reference, bugs, inp
     perm = reference.adjacent_to_half_permutation(head_dim)
     got, call = run(submission, "apply_rope_half", x[..., perm], positions)
     expect_close(got, reference.apply_rope(x, positions)[..., perm], f"{call} with x[..., perm]",
-                 bugs=bugs.apply_rope_half(x[..., perm], positions),
+                 lookalikes=bugs.apply_rope_half(x[..., perm], positions),
                  reference="apply_rope(x)[..., perm], perm = [0, 2, 4, ..., 1, 3, 5, ...]")
 
 
@@ -329,7 +329,7 @@ def test_permutation_matches_reference(submission, reference, bugs, head_dim):
     """matches the reference"""
     got, call = run(submission, "adjacent_to_half_permutation", head_dim, device=submission.device)
     expect_close(got, reference.adjacent_to_half_permutation(head_dim), call,
-                 bugs=bugs.adjacent_to_half_permutation(head_dim))
+                 lookalikes=bugs.adjacent_to_half_permutation(head_dim))
 
 
 @exercise("adjacent_to_half_permutation")
@@ -404,7 +404,7 @@ def test_rope_attention_matches_reference(submission, reference, bugs, inputs, c
     got, call = run(submission, "rope_self_attention", *args, token_positions=positions)
     expect_close(got, reference.rope_self_attention(*args, token_positions=positions),
                  f"{call} ({case[4] or 'default'} positions)",
-                 bugs=bugs.rope_self_attention(*args, token_positions=positions))
+                 lookalikes=bugs.rope_self_attention(*args, token_positions=positions))
 
 
 @exercise("rope_self_attention")
@@ -416,7 +416,7 @@ def test_rope_attention_matches_pytorch(submission, bugs, inputs, case):
     got, call = run(submission, "rope_self_attention", *args, token_positions=positions)
     expect_close(got, oracles.rope_attention(x, w_q, w_k, w_v, w_o, num_heads, positions, theta),
                  f"{call} ({case[4] or 'default'} positions)",
-                 bugs=bugs.rope_self_attention(*args, token_positions=positions), reference="PyTorch")
+                 lookalikes=bugs.rope_self_attention(*args, token_positions=positions), reference="PyTorch")
 
 
 @exercise("rope_self_attention")
@@ -442,7 +442,7 @@ def test_rope_attention_depends_on_relative_positions(submission, bugs, inputs):
     expect_finite(plain, call, NO_KEY, hint=matching_hint(shifted, lookalikes), nan_only=True)
     # Two runs of the same code at positions below 100: atol 1e-4 covers the
     # float32 rounding of angles that grow by 29.
-    expect_close(shifted, plain, f"{call} with every position shifted by 29", bugs=lookalikes, atol=1e-4,
+    expect_close(shifted, plain, f"{call} with every position shifted by 29", lookalikes=lookalikes, atol=1e-4,
                  reference="your output before the shift (only q and k turn, so only m - n counts)")
 
 

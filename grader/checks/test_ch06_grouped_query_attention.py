@@ -99,7 +99,7 @@ def test_expand_matches_reference(submission, reference, bugs, inputs, case):
     kv = inputs.randn(*shape)
     got, call = run(submission, "expand_kv_heads", kv, num_query_heads)
     expect_close(got, reference.expand_kv_heads(kv, num_query_heads), call,
-                 bugs=bugs.expand_kv_heads(kv, num_query_heads))
+                 lookalikes=bugs.expand_kv_heads(kv, num_query_heads))
 
 
 @exercise("expand_kv_heads")
@@ -113,7 +113,7 @@ def test_expand_gives_query_head_h_kv_head_h_over_group(submission, bugs, inputs
     expected = oracles.expand_by_index(kv, num_query_heads)  # (B, H_q, S, d)
     expect_like(got, expected, call)
     if not _expect_head_order(got, lambda h, j: kv[:, j], shape[1], call, lookalikes):
-        expect_close(got, expected, call, bugs=lookalikes, reference="kv[:, h // group] for every h")
+        expect_close(got, expected, call, lookalikes=lookalikes, reference="kv[:, h // group] for every h")
 
 
 @exercise("expand_kv_heads")
@@ -129,7 +129,7 @@ def test_expand_one_kv_head_serves_every_query_head(submission, bugs, inputs):
     """with one K/V head (multi-query attention), every query head gets it"""
     kv = inputs.randn(2, 1, 5, 3)
     got, call = run(submission, "expand_kv_heads", kv, 6)
-    expect_close(got, kv.expand(2, 6, 5, 3), call, bugs=bugs.expand_kv_heads(kv, 6),
+    expect_close(got, kv.expand(2, 6, 5, 3), call, lookalikes=bugs.expand_kv_heads(kv, 6),
                  reference="the one K/V head, six times")
 
 
@@ -141,7 +141,7 @@ def test_expand_refuses_query_heads_not_a_multiple(submission, bugs, inputs):
     """raises ValueError when H_q is not a multiple of H_kv"""
     kv = inputs.randn(2, 4, 5, 3)
     expect_raises(submission, "expand_kv_heads", (kv, 6), {}, ("ValueError",), UNEVEN_GROUPS,
-                  bugs=bugs.expand_kv_heads(kv, 6))
+                  lookalikes=bugs.expand_kv_heads(kv, 6))
 
 
 # -- grouped_query_attention --------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_gqa_matches_pytorch_enable_gqa(submission, bugs, inputs, case):
     output, _ = unpack(got, ("output", "weights"), call)
     expected = oracles.enable_gqa_attention(q, k, v)
     expect_close(output, expected, f"output of {call}",
-                 bugs=bugs.grouped_query_attention(q, k, v).part(0),
+                 lookalikes=bugs.grouped_query_attention(q, k, v).part(0),
                  reference="F.scaled_dot_product_attention(..., enable_gqa=True)")
 
 
@@ -203,12 +203,12 @@ def test_gqa_query_head_uses_kv_head_h_over_group(submission, bugs, inputs, case
     expect_like(weights, expected_weights, f"weights of {call}")
     if not _expect_head_order(weights, lambda h, j: pair_weights[:, h, j], k.shape[1],
                               f"weights of {call}", lookalikes.part(1)):
-        expect_close(weights, expected_weights, f"weights of {call}", bugs=lookalikes.part(1),
+        expect_close(weights, expected_weights, f"weights of {call}", lookalikes=lookalikes.part(1),
                      reference="a loop over query heads, head h with K/V head h // group")
     expect_like(output, expected_output, f"output of {call}")
     if not _expect_head_order(output, lambda h, j: pair_outputs[:, h, j], k.shape[1],
                               f"output of {call}", lookalikes.part(0)):
-        expect_close(output, expected_output, f"output of {call}", bugs=lookalikes.part(0),
+        expect_close(output, expected_output, f"output of {call}", lookalikes=lookalikes.part(0),
                      reference="a loop over query heads, head h with K/V head h // group")
 
 
@@ -339,7 +339,7 @@ def test_module_matches_pytorch(submission, bugs, inputs, case):
     x, state, recipe, num_heads, num_kv_heads = _module_inputs(inputs, case)
     got, call = run_module(submission, "GroupedQueryAttention", recipe, x)
     expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x), call,
-                 bugs=bugs.module("GroupedQueryAttention", recipe, x),
+                 lookalikes=bugs.module("GroupedQueryAttention", recipe, x),
                  reference="F.linear and F.scaled_dot_product_attention, query head h with K/V head h // group")
 
 
@@ -350,7 +350,7 @@ def test_module_with_groups_of_one_is_nn_multihead_attention(submission, bugs, i
     x, state, recipe, num_heads, _ = _module_inputs(inputs, ("B2-T5-D12-Hq3-Hkv3", 2, 5, 12, 3, 3, bias))
     got, call = run_module(submission, "GroupedQueryAttention", recipe, x)
     expected = oracles.multihead_attention_module(state, num_heads, x)
-    expect_close(got, expected, call, bugs=bugs.module("GroupedQueryAttention", recipe, x),
+    expect_close(got, expected, call, lookalikes=bugs.module("GroupedQueryAttention", recipe, x),
                  reference="nn.MultiheadAttention")
 
 
@@ -396,8 +396,8 @@ def test_module_with_mask(submission, reference, bugs, inputs, kind):
     what = f"{call} (mask {kind}, True = may attend)"
     lookalikes = bugs.module("GroupedQueryAttention", recipe, x, mask=mask)
     expect_close(got, reference_module_call(reference, "GroupedQueryAttention", recipe, x, mask=mask), what,
-                 bugs=lookalikes)
-    expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x, mask), what, bugs=lookalikes,
+                 lookalikes=lookalikes)
+    expect_close(got, oracles.gqa_module(state, num_heads, num_kv_heads, x, mask), what, lookalikes=lookalikes,
                  reference="F.linear and F.scaled_dot_product_attention on every query head")
 
 

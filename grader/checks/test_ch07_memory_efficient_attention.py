@@ -82,7 +82,7 @@ def test_online_softmax_equals_torch_softmax(submission, bugs, inputs, case):
     _, shape, block_size = case
     x = 3 * inputs.randn(*shape)
     got, call = run(submission, "online_softmax", x, block_size)
-    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, block_size),
+    expect_close(got, oracles.softmax(x), call, lookalikes=bugs.online_softmax(x, block_size),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -94,7 +94,7 @@ def test_online_softmax_matches_reference(submission, reference, bugs, inputs, c
     x = 3 * inputs.randn(*shape, dtype=torch.float64)
     got, call = run(submission, "online_softmax", x, block_size)
     expect_close(got, reference.online_softmax(x, block_size), call,
-                 bugs=bugs.online_softmax(x, block_size))
+                 lookalikes=bugs.online_softmax(x, block_size))
 
 
 @exercise("online_softmax")
@@ -102,7 +102,7 @@ def test_online_softmax_when_the_max_grows_block_after_block(submission, bugs, i
     """rescales the running sum each time a block raises the max (rows that increase)"""
     x = torch.linspace(-4, 4, 12).repeat(2, 1) + 0.1 * inputs.randn(2, 12)  # (2, 12), max in every block
     got, call = run(submission, "online_softmax", x, 3)
-    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, 3),
+    expect_close(got, oracles.softmax(x), call, lookalikes=bugs.online_softmax(x, 3),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -111,7 +111,7 @@ def test_online_softmax_large_logits(submission, bugs, inputs):
     """stays finite for logits in the thousands (exp is taken after subtracting the running max)"""
     x = 1000 * inputs.randn(3, 10)
     got, call = run(submission, "online_softmax", x, 4)
-    expect_close(got, oracles.softmax(x), call, bugs=bugs.online_softmax(x, 4),
+    expect_close(got, oracles.softmax(x), call, lookalikes=bugs.online_softmax(x, 4),
                  reference="torch.softmax(x, dim=-1)")
 
 
@@ -168,9 +168,9 @@ def _expect_tiled(got, call: str, expected, lookalikes=None, reference=("the ref
     each was computed by, for messages."""
     out, lse = unpack(got, ("out", "lse"), call)
     expect_close(out, expected[0], f"out of {call}", reference=reference[0], rtol=rtol,
-                 bugs=lookalikes.part(0) if lookalikes else None)
+                 lookalikes=lookalikes.part(0) if lookalikes else None)
     expect_close(lse, expected[1], f"lse of {call}", reference=reference[1], rtol=rtol,
-                 bugs=lookalikes.part(1) if lookalikes else None)
+                 lookalikes=lookalikes.part(1) if lookalikes else None)
 
 
 @exercise("tiled_attention")
@@ -368,8 +368,8 @@ def test_merge_puts_your_tiled_attention_together(submission, bugs, inputs, case
 def _expect_merged(got, call: str, expected, lookalikes, reference: str) -> None:
     """An ``(out, lse)`` pair, the log-sum-exp first: it explains the output."""
     out, lse = unpack(got, ("out", "lse"), call)
-    expect_close(lse, expected[1], f"lse of {call}", bugs=lookalikes.part(1), reference=reference)
-    expect_close(out, expected[0], f"out of {call}", bugs=lookalikes.part(0), reference=reference)
+    expect_close(lse, expected[1], f"lse of {call}", lookalikes=lookalikes.part(1), reference=reference)
+    expect_close(out, expected[0], f"out of {call}", lookalikes=lookalikes.part(0), reference=reference)
 
 
 # -- every exercise -----------------------------------------------------------------------

@@ -181,7 +181,8 @@ def test_block_matches_pytorch(submission, bugs, inputs, case):
     """equals x + attn(LayerNorm(x)), then + MLP(LayerNorm(.)), from F.scaled_dot_product_attention(is_causal=True)"""
     x, state, recipe, num_heads = _block_inputs(inputs, case)
     got, call = run_module(submission, "TransformerBlock", recipe, x)
-    expect_close(got, oracles.block(state, num_heads, x), call, bugs=bugs.module("TransformerBlock", recipe, x),
+    expect_close(got, oracles.block(state, num_heads, x), call,
+                 lookalikes=bugs.module("TransformerBlock", recipe, x),
                  reference="F.layer_norm, F.linear, F.scaled_dot_product_attention(is_causal=True) and F.gelu")
 
 
@@ -226,7 +227,8 @@ def _expect_cache(got, expected: tuple, what: str, lookalikes, path: tuple = ())
         fail(f"{what} is {describe(got)}; expected a tuple (k, v) of two (B, H, T_past + T, d) tensors",
              hint=matching_hint(got, _parts(lookalikes, *path)))
     for index, name in enumerate(("keys", "values")):
-        expect_close(got[index], expected[index], f"the {name} of {what}", bugs=_parts(lookalikes, *path, index),
+        expect_close(got[index], expected[index], f"the {name} of {what}",
+                     lookalikes=_parts(lookalikes, *path, index),
                      reference="the oracle's keys and values of the whole sequence, the cached tokens first")
 
 
@@ -255,7 +257,7 @@ def test_block_with_cache_gives_the_whole_sequences_last_rows(submission, bugs, 
     lookalikes = bugs.module("TransformerBlock", recipe, *args)
     output, cache = unpack(got, ("output", "cache"), call)
     expect_close(output, oracles.block(state, num_heads, x)[:, past:], f"output of {call}",
-                 bugs=_parts(lookalikes, 0),
+                 lookalikes=_parts(lookalikes, 0),
                  reference=f"the last {length} rows of the block on all {past + length} positions (PyTorch's "
                            f"functions, F.scaled_dot_product_attention(is_causal=True))")
     _expect_cache(cache, (keys, values), f"the cache {call} returned", lookalikes, (1,))
@@ -296,7 +298,7 @@ def test_model_matches_pytorch(submission, bugs, inputs, case):
     tokens, state, recipe, num_heads, num_layers = _model_inputs(inputs, case)
     got, call = run_module(submission, "TinyLM", recipe, tokens)
     expect_close(got, oracles.model(state, num_heads, num_layers, tokens), call,
-                 bugs=bugs.module("TinyLM", recipe, tokens),
+                 lookalikes=bugs.module("TinyLM", recipe, tokens),
                  reference="F.embedding, PyTorch's causal attention blocks, F.layer_norm and F.linear")
 
 
@@ -350,7 +352,7 @@ def test_model_with_cache_gives_the_whole_sequences_last_rows(submission, bugs, 
     lookalikes = bugs.module("TinyLM", recipe, *args)
     logits, grown = unpack(got, ("logits", "cache"), call)
     expect_close(logits, oracles.model(state, num_heads, num_layers, tokens)[:, past:], f"logits of {call}",
-                 bugs=_parts(lookalikes, 0),
+                 lookalikes=_parts(lookalikes, 0),
                  reference=f"the last {length} positions of the model on all {past + length} tokens "
                            f"(PyTorch's functions)")
     if not isinstance(grown, (tuple, list)) or len(grown) != num_layers:
@@ -505,7 +507,8 @@ GENERATE_CASES = [
 ]
 
 
-def _generated(got, call: str, batch: int, prompt_length: int, num_tokens: int, vocab_size: int, lookalikes=None):
+def _generated(got, call: str, batch: int, prompt_length: int, num_tokens: int, vocab_size: int,
+               lookalikes=None):
     """``generate``'s ``(tokens, logits)``, or a failure that says what came back instead."""
     tokens, logits = unpack(got, ("tokens", "logits"), call)
     hint = matching_hint(got, lookalikes)
@@ -648,7 +651,7 @@ def test_rope_block_matches_pytorch(submission, bugs, inputs, case):
     recipe = _rope_recipe(state, d_model, num_heads, theta)
     got, call = run_module(submission, "RoPETransformerBlock", recipe, x)
     expect_close(got, oracles.rope_block(state, num_heads, theta, x), call,
-                 bugs=bugs.module("RoPETransformerBlock", recipe, x),
+                 lookalikes=bugs.module("RoPETransformerBlock", recipe, x),
                  reference="queries and keys rotated as complex numbers (Meta's llama), "
                            "F.scaled_dot_product_attention(is_causal=True)")
 
@@ -675,7 +678,7 @@ def test_rope_block_with_cache_rotates_from_the_past_length(submission, bugs, in
     lookalikes = bugs.module("RoPETransformerBlock", recipe, *args)
     output, cache = unpack(got, ("output", "cache"), call)
     expect_close(output, oracles.rope_block(state, num_heads, theta, x)[:, past:], f"output of {call}",
-                 bugs=_parts(lookalikes, 0),
+                 lookalikes=_parts(lookalikes, 0),
                  reference=f"the last {length} rows of the RoPE block on all {past + length} positions "
                            f"(rotated as Meta's llama does, F.scaled_dot_product_attention(is_causal=True))")
     _expect_cache(cache, (keys, values), f"the cache {call} returned", lookalikes, (1,))
