@@ -32,14 +32,12 @@ from grader.catalog import (
     UnknownChapter,
     chapter_in_name,
 )
-from grader.finding import Found, find_chapters, submission_files
+from grader.finding import Found, find_chapters, holds_no_work, submission_files
 
 # A zip is unpacked only within these bounds: a class's exercises are a few
 # hundred kilobytes, so anything far larger is a mistake or a zip bomb.
 MAX_UNPACKED_BYTES = 50 * 2**20
 MAX_ZIP_MEMBERS = 2000
-# Left out of the listing of SUBMISSIONS: what zip tools and file managers add.
-IGNORED_NAMES = {"__MACOSX", "Thumbs.db", "desktop.ini"}
 
 
 class Unusable(Exception):
@@ -68,8 +66,8 @@ class Entry:
 def list_entries(submissions: Path, leave_out: Path | None = None) -> list[Entry]:
     """One ``Entry`` per student, sorted by id.
 
-    Hidden names (``.DS_Store``) and what zip tools add (``__MACOSX``) are
-    left out, and so is ``leave_out`` (the out folder, when it sits inside
+    What ``finding.holds_no_work`` (``.DS_Store``, ``__MACOSX``) is left
+    out, and so is ``leave_out`` (the out folder, when it sits inside
     SUBMISSIONS). A student's loose files are one entry. Where a folder or a
     zip has the id of another entry (``alice/`` and ``alice.zip``, or
     ``alice_ch01.py``), each path keeps its whole name as id, so none
@@ -94,8 +92,7 @@ def entry_paths(submissions: Path, leave_out: Path | None = None) -> list[Path]:
     """The students' entries in ``submissions``: every name but hidden ones,
     what zip tools add, and ``leave_out``."""
     return [path for path in submissions.iterdir()
-            if not path.name.startswith(".") and path.name not in IGNORED_NAMES
-            and (leave_out is None or path.resolve() != leave_out.resolve())]
+            if not holds_no_work(path.name) and (leave_out is None or path.resolve() != leave_out.resolve())]
 
 
 # ``chNN`` as a word, in the name as it is written: what comes before it is the student.
@@ -172,7 +169,7 @@ def _nothing_to_grade(folder: Path, found: Found, chapters: Sequence[Chapter]) -
     if found.unnamed:
         return f"no file names its chapter ({expected}); found {', '.join(sorted(found.unnamed)[:4])}"
     try:
-        present = sorted(path.name for path in folder.iterdir() if not path.name.startswith("."))
+        present = sorted(path.name for path in folder.iterdir() if not holds_no_work(path.name))
     except OSError as error:
         return f"cannot list the folder: {error.strerror}"
     if not present:
@@ -231,11 +228,11 @@ def extract_zip(archive: Path, into: Path) -> None:
 
 
 def _ignored_member(info: zipfile.ZipInfo) -> bool:
-    """Hidden files and folders (``.git/``, ``.ipynb_checkpoints/``) and what
-    macOS's zips add (``__MACOSX/``): never graded, so never unpacked.
-    ``..`` is no hidden name: a path that climbs out is refused, not skipped."""
+    """A member in what ``finding.holds_no_work`` (``.git/``, ``__MACOSX/``):
+    never graded, so never unpacked. A path that climbs out (``..``) is
+    refused, not skipped."""
     parts = PurePosixPath(info.filename.replace("\\", "/")).parts
-    return any(part in IGNORED_NAMES or part.startswith(".") and part not in (".", "..") for part in parts)
+    return any(holds_no_work(part) for part in parts)
 
 
 def _member_target(archive: str, info: zipfile.ZipInfo, into: Path) -> Path:

@@ -88,10 +88,19 @@ def chapter_file(chapter: Chapter, directory: Path) -> Path | None:
 # -- a submission folder: which file is each chapter's -----------------------------
 
 MAX_FOLDER_DEPTH = 3  # folders inside folders looked through: ``alice/hw1/exercises/``
-# Folders that hold no work: macOS zip metadata, Python's caches. Hidden
-# folders (``.git``, ``.ipynb_checkpoints``, whose ``-checkpoint`` copies
-# would otherwise count as chapter files) are skipped too.
-IGNORED_FOLDERS = {"__MACOSX", "__pycache__"}
+# Names that hold no work besides hidden ones: what zip tools, file managers
+# and Python add beside a student's files.
+NOT_WORK = {"__MACOSX", "__pycache__", "Thumbs.db", "desktop.ini"}
+
+
+def holds_no_work(name: str) -> bool:
+    """A file's or folder's name that is never a student's work, wherever
+    it is (a class folder, a student's folder, a zip): hidden (``.git``,
+    ``.DS_Store``, ``.ipynb_checkpoints``, whose ``-checkpoint`` copies would
+    otherwise count as chapter files, macOS's ``._name`` companions) or
+    ``NOT_WORK``. ``..`` is no name of a file: a path that climbs out is
+    refused where it is read, not skipped."""
+    return name in NOT_WORK or name.startswith(".") and name not in (".", "..")
 
 
 def submission_files(folder: Path) -> tuple[list[Path], list[Path]]:
@@ -99,19 +108,18 @@ def submission_files(folder: Path) -> tuple[list[Path], list[Path]]:
     it or in its folders down to ``MAX_FOLDER_DEPTH``, sorted; and, apart,
     the links and special files found with those names.
 
-    Hidden names and ``IGNORED_FOLDERS`` are skipped. Links are never
+    What ``holds_no_work`` is skipped. Links are never
     followed nor graded: a link to the reference solution is not the
     student's work, and a FIFO would hang the read.
     """
     files, refused = [], []
     for directory, folders, names in os.walk(folder):  # os.walk does not enter linked folders
         depth = len(Path(directory).relative_to(folder).parts)
-        folders[:] = [name for name in folders if depth < MAX_FOLDER_DEPTH
-                      and name not in IGNORED_FOLDERS and not name.startswith(".")]
+        folders[:] = [name for name in folders if depth < MAX_FOLDER_DEPTH and not holds_no_work(name)]
         for name in names:
             path = Path(directory) / name
-            if name.startswith(".") or path.suffix not in SUBMISSION_SUFFIXES:
-                continue  # also macOS's "._name" companions
+            if holds_no_work(name) or path.suffix not in SUBMISSION_SUFFIXES:
+                continue
             if path.is_symlink() or not path.is_file():
                 refused.append(path)
             else:

@@ -19,7 +19,7 @@ import pytest
 
 from grader import batch, class_folder, gradescope, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
-from grader.finding import MAX_FOLDER_DEPTH, chapter_choice, find_chapters
+from grader.finding import MAX_FOLDER_DEPTH, chapter_choice, find_chapters, submission_files
 from grader.gradescope import missing_reason, with_missing_chapters
 from grader.notebooks import notebook_text
 
@@ -235,3 +235,29 @@ def test_missing_chapters_become_zero_point_tests_with_their_reason():
     assert results["output"] == graded["output"] and results["execution_time"] == 1.5
     assert missing_reason(CH02) == f"no file for ch02 in the submission (expected {CH02.module}.py " \
                                    f"or {CH02.module}.ipynb)"
+
+
+NO_WORK = (".git", ".DS_Store", ".ipynb_checkpoints", "._ch01_self_attention.py", "__MACOSX", "__pycache__",
+           "Thumbs.db", "desktop.ini")
+
+
+def test_one_rule_leaves_out_what_holds_no_work_in_a_class_a_folder_and_a_zip(tmp_path):
+    """A class folder's entries, a student's files and a zip's members are
+    left out by one rule (finding.holds_no_work), name by name."""
+    import zipfile
+
+    from grader.class_folder import _ignored_member, entry_paths
+
+    class_folder = tmp_path / "class"
+    student = tmp_path / "student"
+    for name in NO_WORK:
+        (class_folder / name).mkdir(parents=True)
+        (student / name).mkdir(parents=True)
+        (student / name / CH01.file_name).write_text("x = 1\n", encoding="utf-8")
+    (class_folder / "alice").mkdir()
+    (student / CH01.file_name).write_text("x = 1\n", encoding="utf-8")
+    assert [path.name for path in entry_paths(class_folder)] == ["alice"]
+    assert submission_files(student) == ([student / CH01.file_name], [])
+    for name in NO_WORK:
+        assert _ignored_member(zipfile.ZipInfo(f"alice/{name}/{CH01.file_name}"))
+    assert not _ignored_member(zipfile.ZipInfo(f"alice/{CH01.file_name}"))
