@@ -182,12 +182,12 @@ class RecordingBugs:
                      getattr(self._reference, function)(*_cloned(args), **_cloned(kwargs)))
         except Exception:
             right = _NOTHING
-        entries: list[tuple[list[int], object, object]] = []
+        entries: list[tuple[list[int | list[int]], object, object]] = []
+        catalog = KNOWN_BUGS[self._chapter.id]
         lookalikes = Lookalikes(self._chapter, function, args, kwargs, module=recipe)
         for bug, output in lookalikes.outputs_by_bug():
             if right is not _NOTHING and equal(output, right):
                 continue
-            catalog = KNOWN_BUGS[self._chapter.id]
             index = ([catalog.index(part) for part in bug.parts] if isinstance(bug, Combination)
                      else catalog.index(bug))
             # Bugs with equal outputs share one entry, at the first one's
