@@ -173,8 +173,8 @@ def grader_fingerprint(root: Path = COURSE_ROOT) -> str:
     again. The grader's machinery is left out: a change there that alters
     verdicts is rare, and ``--force`` is there for it."""
     digest = hashlib.sha256()
-    files = sorted([root / "grader" / "catalog.py", *(root / "grader" / "checks").glob("*.py"),
-                    *(root / "grader" / "bugs").glob("*.py"), *(root / "solutions").glob("*.py")])
+    files = sorted([root / "grader" / "catalog.py", *(root / "grader" / "chapters").glob("ch*/test_*.py"),
+                    *(root / "grader" / "chapters").glob("ch*/bugs.py"), *(root / "solutions").glob("*.py")])
     for file in files:
         digest.update(file.relative_to(root).as_posix().encode() + b"\n")
         digest.update(file.read_bytes())

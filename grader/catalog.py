@@ -14,7 +14,8 @@ from pathlib import Path
 # The course's folders sit beside the ``grader`` package, both in a checkout
 # and in an editable install.
 COURSE_ROOT = Path(__file__).resolve().parent.parent
-CHECKS_DIR = Path(__file__).resolve().parent / "checks"  # the hidden checks, in the package
+# Each chapter's grading (checks, known bugs, oracles), in the package.
+GRADING_DIR = Path(__file__).resolve().parent / "chapters"
 
 
 def is_student_edition(root: Path = COURSE_ROOT) -> bool:
@@ -100,9 +101,22 @@ class Chapter:
         """The student's notebook: ``exercises/ch01_self_attention.ipynb``."""
         return root / "exercises" / f"{self.module}.ipynb"
 
+    def grading(self, root: Path = COURSE_ROOT) -> Path:
+        """Its grading's folder, the package ``package``: ``grader/chapters/ch01``."""
+        return root / "grader" / "chapters" / self.id
+
+    @property
+    def package(self) -> str:
+        """Its grading's package: ``grader.chapters.ch01``."""
+        return f"grader.chapters.{self.id}"
+
     def bugs(self, root: Path = COURSE_ROOT) -> Path:
-        """Its known bugs: ``grader/bugs/ch01.py``."""
-        return root / "grader" / "bugs" / f"{self.id}.py"
+        """Its known bugs: ``grader/chapters/ch01/bugs.py``."""
+        return self.grading(root) / "bugs.py"
+
+    def oracles(self, root: Path = COURSE_ROOT) -> Path:
+        """Its independent answers: ``grader/chapters/ch01/oracles.py``."""
+        return self.grading(root) / "oracles.py"
 
     @property
     def file_name(self) -> str:
@@ -111,8 +125,9 @@ class Chapter:
 
     @property
     def checks(self) -> Path:
-        """Its hidden checks, in the installed package: ``grader/checks/test_ch01_self_attention.py``."""
-        return CHECKS_DIR / f"test_{self.module}.py"
+        """Its hidden checks, in the installed package:
+        ``grader/chapters/ch01/test_ch01_self_attention.py``."""
+        return GRADING_DIR / self.id / f"test_{self.module}.py"
 
     @property
     def points(self) -> int:

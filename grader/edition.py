@@ -5,7 +5,7 @@ stubs and notebooks (``exercises/``), the grader and its checks; the
 lessons' comments that name known bugs and the instructor's own files
 (``LEFT_OUT_FILES``) stay here. It holds no
 code that computes an exercise's answer: no ``solutions/`` folder, no
-independent oracles (``grader/oracles/``), and the known-bug catalog keeps
+independent oracles (each chapter's ``oracles.py``), and the known-bug catalog keeps
 each bug's hint but not its ``old``/``new`` lines (they are edits of
 solution lines). What the checks ask of the reference and the oracles is
 recorded instead (``grader.recorded``): the reference solutions are graded
@@ -29,7 +29,10 @@ from grader.catalog import CHAPTERS, COURSE_ROOT
 # What the edition copies from the course, and what it leaves out of them.
 COPIED = ("chapters", "exercises", "grader")
 LEFT_OUT = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache")
-LEFT_OUT_OF_GRADER = ("bugs", "oracles", "recorded", "templates")  # all but their __init__.py
+LEFT_OUT_OF_GRADER = ("oracles.py", "recorded", "templates")
+# Of a chapter's grading package, its oracles, and its bugs' code (the
+# edition writes the bugs' hints alone, ``_write_bug_hints``).
+LEFT_OUT_OF_A_CHAPTER = ("bugs.py", "oracles.py")
 LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
 # The instructor's own: the grader's tour cites tests/ and solutions/, and
 # the build's record belongs to a build the edition refuses to run.
@@ -147,8 +150,9 @@ def _copy_course(folder: Path, root: Path) -> int:
             relative = path.relative_to(root)
             if (not path.is_file() or any(part in LEFT_OUT for part in relative.parts)
                     or path.suffix in LEFT_OUT_SUFFIXES or relative in LEFT_OUT_FILES
-                    or relative.parts[0] == "grader" and relative.parts[1] in LEFT_OUT_OF_GRADER
-                    and path.name != "__init__.py"):
+                    or relative.parts[0] == "grader" and (
+                        relative.parts[1] in LEFT_OUT_OF_GRADER
+                        or relative.parts[1] == "chapters" and path.name in LEFT_OUT_OF_A_CHAPTER)):
                 continue
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             if top == "chapters" and path.suffix == ".md":
@@ -226,14 +230,14 @@ def student_pyproject(text: str) -> str:
 
 
 def _write_bug_hints(folder: Path) -> int:
-    """``grader/bugs/chNN.py`` with each known bug's hint and error pattern,
+    """Each ``grader/chapters/chNN/bugs.py`` with each known bug's hint and error pattern,
     not its code: the ``old`` and ``new`` lines are solution lines."""
     from grader.known_bugs import KNOWN_BUGS
 
     for chapter in CHAPTERS:
         lines = [f'"""Known bugs of {chapter.id}: the hints a student reads. The student edition',
                  'keeps no code of them (each is an edit of a reference solution)."""', "",
-                 "from grader.bugs import KnownBug", "", "BUGS = ("]
+                 "from grader.chapters import KnownBug", "", "BUGS = ("]
         for bug in KNOWN_BUGS.get(chapter.id, ()):
             lines.append(f"    KnownBug({bug.exercise!r}, {bug.name!r},")
             lines.append(f"             {bug.hint!r},")

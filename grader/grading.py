@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from grader import forkserver, reaping, recorded, static_scan
-from grader.catalog import CHECKS_DIR, META_RUN_PRELOAD, Chapter, Exercise
+from grader.catalog import GRADING_DIR, META_RUN_PRELOAD, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
@@ -389,8 +389,10 @@ def _run_checks(chapter: Chapter, plugin: GradingPlugin) -> None:
     """One pytest session over the chapter's check file, silent on stdout."""
     arguments = [
         str(chapter.checks),
-        "-c", str(CHECKS_DIR / "pytest.ini"),  # never a config file of the submission's
-        "--rootdir", str(CHECKS_DIR),
+        "-c", str(GRADING_DIR / "pytest.ini"),  # never a config file of the submission's
+        # Its own folder, so a check's id is "test_ch01_self_attention.py::name",
+        # which seeds its inputs (``Inputs``) and keys its recorded answers.
+        "--rootdir", str(chapter.checks.parent),
         "--noconftest",  # a conftest.py next to a submission is never loaded
         "--import-mode=importlib",
         "--assert=plain",  # checks raise CheckFailure: rewriting their asserts is work for nothing

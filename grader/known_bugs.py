@@ -27,13 +27,13 @@ from typing import TypeVar
 
 import torch
 
-from grader.bugs import KnownBug, known_bugs_catalog
+from grader.chapters import KnownBug, read_known_bugs
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 from grader.recorded_values import equal
 
 class _Catalog(MutableMapping):
-    """``{chapter id: its bugs}``, read from ``grader/bugs`` on first use.
+    """``{chapter id: its bugs}``, read from each chapter's ``bugs.py`` on first use.
 
     Not at import: a grading process forks the server its workers come
     from before its checks first ask for a bug, so the catalog's edited
@@ -45,7 +45,7 @@ class _Catalog(MutableMapping):
 
     def _loaded(self) -> dict[str, tuple[KnownBug, ...]]:
         if self._bugs is None:
-            self._bugs = known_bugs_catalog()
+            self._bugs = read_known_bugs()
         return self._bugs
 
     def __getitem__(self, chapter_id: str) -> tuple[KnownBug, ...]:

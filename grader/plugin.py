@@ -1,6 +1,6 @@
 """The pytest plugin that runs the hidden checks and collects their verdicts.
 
-The checks in ``grader/checks/`` are ordinary pytest tests. This plugin gives
+The checks in ``grader/chapters/chNN/`` are ordinary pytest tests. This plugin gives
 them their fixtures (``submission``, ``reference``, ``bugs``, ``inputs``)
 and records, for each check, its exercise, its outcome and the
 one sentence a student reads. Nothing here trusts the submission: its code

@@ -6,7 +6,7 @@ The student edition (``mha-course release``) ships the checks but not
 and every call a check makes to ``reference.<function>(...)`` (or, through
 ``reference_module_call``, to one of its classes) is stored with its answer,
 keyed by a digest of the call; so is every call a check makes to an
-independent oracle (``grader.oracles``, which the edition leaves out too).
+independent oracle (each chapter's ``oracles.py``, which the edition leaves out too).
 The checks' inputs depend only on the seed and
 the check (``grader.inputs``), so a grade in the edition with a recorded seed
 makes the very same calls and finds every answer here.
@@ -342,10 +342,10 @@ ORACLE = "oracle:"
 
 
 def live_oracle(chapter: Chapter, name: str) -> Callable:
-    """The function ``name`` of ``grader/oracles/chNN.py`` (instructor's tree only)."""
+    """The function ``name`` of ``grader/chapters/chNN/oracles.py`` (instructor's tree only)."""
     import importlib
 
-    return getattr(importlib.import_module(f"grader.oracles.{chapter.id}"), name)
+    return getattr(importlib.import_module(f"{chapter.package}.oracles"), name)
 
 
 def oracle_answer(chapter: Chapter, name: str, args: tuple, kwargs: dict):

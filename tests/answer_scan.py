@@ -4,7 +4,8 @@ Run as ``python answer_scan.py CASES OUT [EXTRA.py ...]`` with the tree to
 scan first on the path (a student edition: ``PYTHONPATH=DIR``, run from DIR).
 CASES is a ``torch.save`` file of ``[(chapter id, exercise, args, kwargs,
 expected)]``: the reference's answers to sample calls (the edition has no
-reference to ask). Every function defined in ``grader/checks/`` (at any
+reference to ask). Every function defined in the checks (``grader/checks.py`` and each
+chapter's ``test_chNN_slug.py``, at any
 depth: a nested helper is as easy to copy) and in each EXTRA file is called
 with the samples of each exercise of its chapter (every chapter for
 ``grader.checks`` itself and the extras); the function answers an exercise
@@ -86,7 +87,7 @@ def main(cases_path: str, out: str, *extras: str) -> None:
     shared = importlib.import_module("grader.checks")
     sources.append((Path(shared.__file__), vars(shared), everyone))
     for chapter in CHAPTERS:
-        module = importlib.import_module(f"grader.checks.test_{chapter.module}")
+        module = importlib.import_module(f"{chapter.package}.test_{chapter.module}")
         sources.append((Path(module.__file__), vars(module), [chapter.id]))
     for extra in extras:
         module = types.ModuleType("extra")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
 from grader.grading import GradeReport, grade, preload
 from grader.known_bugs import function_span

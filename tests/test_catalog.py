@@ -41,7 +41,7 @@ def test_each_chapter_has_its_files(chapter):
     assert chapter.bugs().is_file()
     # Each names its own chapter's file, in the folder it is given.
     for path in (chapter.solution(), chapter.stub(), chapter.notebook(), chapter.checks, chapter.bugs()):
-        assert chapter.id in path.name
+        assert chapter.id in str(path.relative_to(COURSE_ROOT))
     assert chapter.solution(Path("elsewhere")) == Path("elsewhere", "solutions", chapter.file_name)
 
 

@@ -1,6 +1,6 @@
 """Chapter 4's checks: full marks for correct code, zero for the stubs, and
 pitfalls of causal attention and the KV cache caught with words a student can
-act on. (Each known bug of grader/bugs/ch04.py is proved caught by
+act on. (Each known bug of grader/chapters/ch04/bugs.py is proved caught by
 test_known_bugs.py; the wrong versions here are written differently.)"""
 
 from conftest import replace_function, result_of, solution_source, statuses, stub_source

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from conftest import replace_function, result_of, solution_source, statuses, stub_source
-from grader.bugs.ch07 import BUGS
+from grader.chapters.ch07.bugs import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import case_ids
 from grader.checks.test_ch07_memory_efficient_attention import QUERY_BLOCKS_HINT, WHOLE_MATRIX_HINT, WHOLE_ROW_HINT

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import TRAINING, replace_function, result_of, solution_source, statuses, stub_source
-from grader.bugs.ch08 import BUGS
+from grader.chapters.ch08.bugs import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
 from grader.known_bugs import apply_bug, function_span

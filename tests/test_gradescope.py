@@ -101,11 +101,12 @@ def test_bundle_has_gradescopes_layout(bundle):
     for script in ("setup.sh", "run_autograder"):
         assert (infos[script].external_attr >> 16) & 0o777 == 0o755
     assert {"pyproject.toml", "README.md", "grader/__init__.py", "grader/gradescope.py",
-            "grader/checks/pytest.ini", "grader/oracles/common.py"} <= names
+            "grader/chapters/pytest.ini", "grader/oracles.py", "grader/checks.py"} <= names
     for chapter in CHAPTERS:
         assert f"solutions/{chapter.module}.py" in names
-        assert f"grader/checks/test_{chapter.module}.py" in names
-        assert f"grader/bugs/ch{chapter.number:02d}.py" in names
+        assert f"grader/chapters/{chapter.id}/test_{chapter.module}.py" in names
+        for part in ("__init__.py", "bugs.py", "oracles.py"):
+            assert f"grader/chapters/{chapter.id}/{part}" in names
     # What grading never reads stays out; of the lessons, only the data checks read.
     assert "chapters/08_tiny_language_model/text.txt" in names
     assert not [name for name in names if name.startswith(("tests/", "exercises/", ".git"))

@@ -16,7 +16,7 @@ import re
 import pytest
 import torch
 
-from grader.bugs import known_bugs_catalog
+from grader.known_bugs import KNOWN_BUGS
 from grader.catalog import CHAPTERS, COURSE_ROOT
 
 TAG = re.compile(r"<!--\s*known bugs:(.*?)-->", flags=re.DOTALL)
@@ -43,7 +43,7 @@ def test_every_known_bug_is_named_by_a_pitfall_of_its_lesson(chapter):
     taught = set(_tagged(chapter))
     untaught = sorted(
         f"{bug.exercise}/{bug.name}"
-        for bug in known_bugs_catalog()[chapter.id]
+        for bug in KNOWN_BUGS[chapter.id]
         if bug.name not in taught and (chapter.id, bug.name) not in TAUGHT_ELSEWHERE
     )
     assert not untaught, f"{chapter.folder}/README.md: no pitfall names {', '.join(untaught)}"
@@ -51,7 +51,7 @@ def test_every_known_bug_is_named_by_a_pitfall_of_its_lesson(chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
 def test_a_pitfall_names_only_bugs_of_the_catalog_and_each_once(chapter):
-    names = {bug.name for bug in known_bugs_catalog()[chapter.id]}
+    names = {bug.name for bug in KNOWN_BUGS[chapter.id]}
     tagged = _tagged(chapter)
     assert sorted(set(tagged) - names) == [], "stale names in the lesson's pitfalls"
     assert sorted({name for name in tagged if tagged.count(name) > 1}) == [], "a bug named by two pitfalls"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grader.catalog import COURSE_ROOT
-from grader.oracles import common as oracles
+from grader import oracles
 
 
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch-first", "sequence-first"])

@@ -41,7 +41,7 @@ import pytest
 
 import grader.edition
 from conftest import replace_function
-from grader.catalog import CHECKS_DIR, COURSE_ROOT, find_chapter
+from grader.catalog import COURSE_ROOT, find_chapter
 from grader.grading import grade
 from grader.known_bugs import KNOWN_BUGS
 from grader.recorded import Recording
@@ -53,17 +53,18 @@ MIN_LENGTH = 30  # shorter lines (``return out``, ``import torch``) are everyone
 DIGEST_SIZE = 8
 CANARY = " ".join(["canary", "of", "the", "memory", "search:", *map(str, range(12))])
 # Where a secret lives: a file mapped from one of these is a secret in memory too.
-SECRET_FOLDERS = ("grader/checks/", "grader/oracles/", "grader/bugs/", "grader/recorded/", "solutions/")
+SECRET_FOLDERS = ("grader/checks.py", "grader/oracles.py", "grader/chapters/", "grader/recorded/", "solutions/")
 SCAN_MESSAGE = re.compile(r"memory search of (\d+) MiB, (with|without) its canary, (\d+) secret files? mapped: "
                           r"(\d+) found:((?: [0-9a-f]{8})*)")
 
 
 def secret_files(root: Path = COURSE_ROOT) -> list[Path]:
     """The hidden checks and their ini, the oracles, the reference solutions
-    and the known-bug catalog (its machinery in ``bugs/__init__.py`` too)."""
+    and the known-bug catalog: every chapter's grading package, and what
+    they share (``checks.py``, ``oracles.py``)."""
     grader_folder = root / "grader"
-    return sorted([*CHECKS_DIR.glob("*.py"), CHECKS_DIR / "pytest.ini",
-                   *(grader_folder / "oracles").glob("*.py"), *(grader_folder / "bugs").glob("*.py"),
+    return sorted([*(grader_folder / "chapters").rglob("*.py"), grader_folder / "chapters" / "pytest.ini",
+                   grader_folder / "checks.py", grader_folder / "oracles.py",
                    *(root / "solutions").glob("*.py")])
 
 
@@ -404,6 +405,6 @@ def test_what_a_worker_inherits_imports_no_secret():
     done = subprocess.run([sys.executable, "-c", code], cwd=COURSE_ROOT, capture_output=True, text=True,
                           timeout=120, check=True)
     modules = done.stdout.split()
-    secret = ("grader.checks", "grader.oracles", "grader.bugs", "grader.known_bugs", "grader.recorded",
+    secret = ("grader.checks", "grader.oracles", "grader.chapters", "grader.known_bugs", "grader.recorded",
               "grader.plugin", "reference_")
     assert [name for name in modules if name.startswith(secret)] == []

@@ -33,7 +33,7 @@ from grader.checks import (
 )
 from grader.compare import expect_close, expect_like, expect_true, matching_hint
 
-# Other people's RoPE code, not the course's (grader/oracles/ch05.py).
+# Other people's RoPE code, not the course's (oracles.py).
 oracles = Oracles("ch05")
 
 # -- inputs ----------------------------------------------------------------------------

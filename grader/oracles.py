@@ -1,5 +1,17 @@
-"""Oracles that several chapters use: PyTorch's own attention, and gradients
-of any of them. Chapters' oracle modules import what they use from here."""
+"""Independent answers: what the checks compare with besides the reference.
+
+Each chapter's oracles are ``grader/chapters/chNN/oracles.py``, written from
+PyTorch's own functions and from other people's code (Meta's complex RoPE,
+Hugging Face's ``rotate_half``, a loop over heads), never from the course's
+solutions, so that a mistake shared by the reference and a student cannot
+hide. This module holds what several chapters use: PyTorch's own attention,
+and gradients of any of them.
+
+An oracle computes an exercise's answer, so the student edition holds none
+of them: checks reach the oracles through ``grader.checks.Oracles``, which
+answers from the recordings there, as the reference does
+(``grader.recorded``).
+"""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.oracles.common import attention, gradients
+from grader.oracles import attention, gradients
 
 __all__ = ["attention", "causal_mask", "cross_attention", "cross_attention_gradients", "mask_in_convention",
            "multihead_attention_over_real_keys", "padding_mask", "per_sequence_attention"]

@@ -1,6 +1,6 @@
 """Known bugs of chapter 6: grouped-query and multi-query attention."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _TILED = ("looks like the K/V heads are tiled with repeat (0, 1, 0, 1, ...) instead of repeated in "
           "place with repeat_interleave (0, 0, 1, 1, ...): query head h must use K/V head h // group, "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.oracles.common import gradients
+from grader.oracles import gradients
 
 __all__ = ["angles_by_hand", "complex_rope", "complex_rope_gradient", "complex_rope_matrices",
            "frequencies", "hf_rope", "hf_rope_matrices", "rope_attention", "rope_attention_gradients"]

@@ -1,6 +1,6 @@
 """Known bugs of chapter 3: splitting heads, multi-head attention, nn.MultiheadAttention."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _SPLIT_RESHAPE = ("looks like x is viewed (or reshaped) straight to (..., H, T, d), which cuts the "
                   "memory of (T, D) into H blocks and mixes the features of different tokens in one "

@@ -1,6 +1,6 @@
 """Known bugs of chapter 8: a tiny causal language model."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 BUGS = (
     # -- TransformerBlock ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Known bugs of chapter 5: rotary position embeddings (RoPE)."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _POSITIONS_IGNORED = ("looks like token_positions is ignored and positions 0 .. T-1 are used instead; "
                       "rotate each token by its own position (offsets, gaps and any order are allowed)")

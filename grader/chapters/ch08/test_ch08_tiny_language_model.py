@@ -41,7 +41,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.bugs.ch08 import BUGS
+from grader.chapters.ch08.bugs import BUGS
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import (
     case_ids,
@@ -70,7 +70,7 @@ from grader.compare import (
 from grader.module_calls import ModuleCall
 from grader.wire import ModuleState
 
-# The block and the model from PyTorch's functions (grader/oracles/ch08.py).
+# The block and the model from PyTorch's functions (oracles.py).
 oracles = Oracles("ch08")
 
 TEXT = COURSE_ROOT / "chapters" / find_chapter("ch08").folder / "text.txt"

@@ -1,4 +1,5 @@
-"""The hidden checks: one pytest file per chapter, run by ``grader.grading``.
+"""What the hidden checks share; each chapter's are a pytest file of its own
+(``grader/chapters/chNN/test_chNN_slug.py``), run by ``grader.grading``.
 
 Each check is a test function marked with the exercise it judges and whose
 docstring is the sentence a student reads. Fixtures (from
@@ -10,7 +11,7 @@ the CPU; the worker runs the student's code on the device being graded.
 The helpers below are what checks of every chapter share: calling the
 submission (and saying what was called), and judging attention's
 ``(output, weights)`` answers. Independent answers come from ``Oracles``:
-the code that computes them lives in ``grader/oracles/``, outside the
+the code that computes them lives in each chapter's ``oracles.py``, outside the
 checks, so that the student edition holds no code that answers an exercise.
 """
 
@@ -35,7 +36,7 @@ portability = pytest.mark.portability
 
 class Oracles:
     """A chapter's independent answers: ``oracles.attention(q, k, v)`` is
-    ``grader/oracles/chNN.py``'s ``attention(q, k, v)``, computed in the
+    ``grader/chapters/chNN/oracles.py``'s ``attention(q, k, v)``, computed in the
     instructor's tree and recorded in the student edition
     (``recorded.oracle_answer``). Arguments are data (tensors, numbers,
     strings, tuples), since a recorded answer is found by them."""

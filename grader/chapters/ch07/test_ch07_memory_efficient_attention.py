@@ -30,11 +30,11 @@ or of a row for ``online_softmax``, whose output is as wide as its input.
 import pytest
 import torch
 
-from grader.bugs.ch07 import BUGS
+from grader.chapters.ch07.bugs import BUGS
 from grader.checks import case_ids, exercise, Oracles, portability_check, portable, run, run_measured, run_within
 from grader.compare import CheckFailure, expect_close, note, shape_text, unpack
 
-# PyTorch's softmax and attention (grader/oracles/ch07.py).
+# PyTorch's softmax and attention (oracles.py).
 oracles = Oracles("ch07")
 
 WHOLE_MATRIX_HINT = next(bug.hint for bug in BUGS if bug.name == "whole-score-matrix")

@@ -1,6 +1,6 @@
 """Known bugs of chapter 1: softmax and scaled dot-product attention."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _UNSCALED = "looks like the scores are not multiplied by 1/sqrt(d_k)"
 _OVER_QUERIES = ("looks like the softmax runs over the queries (dim=-2); each query's "

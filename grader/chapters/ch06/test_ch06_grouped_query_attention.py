@@ -44,7 +44,7 @@ from grader.compare import (
 )
 from grader.module_calls import ModuleCall
 
-# A loop over query heads, PyTorch's own GQA and MHA (grader/oracles/ch06.py).
+# A loop over query heads, PyTorch's own GQA and MHA (oracles.py).
 oracles = Oracles("ch06")
 
 def _groups_text(num_query_heads: int, num_kv_heads: int) -> str:

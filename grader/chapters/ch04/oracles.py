@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.oracles.common import gradients
+from grader.oracles import gradients
 
 __all__ = ["causal_mask", "causal_self_attention", "causal_self_attention_gradients", "keys_and_values",
            "split_heads"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.oracles.common import attention, gradients
+from grader.oracles import attention, gradients
 
 __all__ = ["attention", "attention_gradients", "self_attention", "self_attention_gradients",
            "softmax_gradient"]

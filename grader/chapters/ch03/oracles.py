@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.oracles.common import gradients, multihead_attention
+from grader.oracles import gradients, multihead_attention
 
 __all__ = ["head_loop", "head_loop_gradients", "merge_heads", "module_attention", "module_gradient",
            "one_head_attention", "parameter_count", "pytorch_multi_head_attention", "split_heads",

@@ -1,6 +1,6 @@
 """Known bugs of chapter 4: causal masks, causal self-attention, the KV cache."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _TOP_LEFT = ("looks like the causal mask is aligned top-left, as is_causal=True in "
              "F.scaled_dot_product_attention (query i sees keys 0..i); here the L queries "

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.oracles.common import attention, gradients
+from grader.oracles import attention, gradients
 
 __all__ = ["attention", "cache_bytes", "enable_gqa_attention", "expand_by_index", "gqa_module",
            "gqa_module_gradient", "head_loop", "head_loop_gradients",

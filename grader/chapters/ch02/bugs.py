@@ -1,6 +1,6 @@
 """Known bugs of chapter 2: padding masks, mask conventions, cross-attention."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 _BROADCAST_PITFALL = ("looks like the (B, S) padding mask meets the scores without a query axis: "
                       "against (B, L, S) its batch axis lines up with the queries (silently when "

@@ -1,6 +1,6 @@
 """Known bugs of chapter 7: memory-efficient attention."""
 
-from grader.bugs import KnownBug
+from grader.chapters import KnownBug
 
 BUGS = (
     # -- online_softmax ----------------------------------------------------------------------
