@@ -31,7 +31,10 @@ python3 -m venv "$venv"
 id -u "$student" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$student"
 chown -R root:root "$source_dir"
 chmod -R u=rwX,go=rX "$source_dir"
-chmod -R go= "$source_dir/solutions" "$source_dir/grader/chapters"
+# The reference, and every chapter's checks, known bugs and oracles (with
+# what the chapters' checks and oracles share).
+chmod -R go= "$source_dir/solutions" "$source_dir/grader/chapters" \
+    "$source_dir/grader/checks.py" "$source_dir/grader/oracles.py"
 
 # Fail the image build now, not at the first submission: the reference
 # solutions must get full marks here.
