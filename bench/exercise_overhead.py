@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from grader import remote
+from grader import remote_submission
 from grader.catalog import CHAPTERS, find_chapter
 from grader.grading import grade
 from grader.module_calls import run_module_call
@@ -27,20 +27,20 @@ from grader.module_calls import run_module_call
 def recorded_calls(chapter, exercise: str) -> tuple[float, list[tuple]]:
     """Grade one exercise; its wall time and the calls its checks made."""
     calls: list[tuple] = []
-    original = remote.RemoteSubmission.call
+    original = remote_submission.RemoteSubmission.call
 
     def record(self, function, args, kwargs, grad=None, module=None, portability=False, largest=False):
         calls.append((function, args, kwargs, grad, module))
         return original(self, function, args, kwargs, grad, module, portability, largest)
 
-    remote.RemoteSubmission.call = record
+    remote_submission.RemoteSubmission.call = record
     try:
         started = time.perf_counter()
         report = grade([(chapter, chapter.solution())], seed=0,
                        only={exercise})
         seconds = time.perf_counter() - started
     finally:
-        remote.RemoteSubmission.call = original
+        remote_submission.RemoteSubmission.call = original
     if not report.passed:
         raise SystemExit(f"the reference fails {chapter.id} {exercise}: the benchmark needs a clean pass")
     return seconds, calls

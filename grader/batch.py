@@ -305,7 +305,7 @@ def _apart(function: Callable[[], str]) -> str:
     """``function()``, computed in a forked child: what it reads (the
     reference solutions) never enters this process's memory, from which
     every student's workers are forked."""
-    from grader.shards import fork_answering
+    from grader.side_by_side import fork_answering
 
     pid, read_fd = fork_answering(function)
     with os.fdopen(read_fd, "rb") as pipe:
@@ -378,7 +378,7 @@ class _Grading:
 
     @classmethod
     def start(cls, entry: Entry, options: GradingOptions, seconds: float) -> _Grading:
-        from grader.shards import fork_answering
+        from grader.side_by_side import fork_answering
 
         def compute() -> StudentGrade:
             import torch

@@ -179,7 +179,7 @@ def grade(
     where = _device(device)
 
     from grader.sandbox import Limits, clean_parent, layers
-    from grader.shards import default_processes
+    from grader.side_by_side import default_processes
 
     # Before the grading modules: the workers' fork servers come from a
     # process that never read a check, the reference or a known bug.
@@ -248,7 +248,7 @@ def watch(
         from grader.grading import GraderError
         from grader.grading import grade as run_grade
         from grader.report import print_table
-        from grader.shards import default_processes
+        from grader.side_by_side import default_processes
 
         try:
             now = resolve_targets(targets or [], folder)

@@ -104,7 +104,7 @@ def _record(seeds: list[int], jobs: int, root: Path) -> dict[str, recorded.Recor
     if jobs <= 1 or len(seeds) == 1:
         results = map(_record_seed, seeds, [root] * len(seeds))
         return _merge(merged, results)
-    from grader.shards import forked_pool
+    from grader.side_by_side import forked_pool
 
     with forked_pool(min(jobs, len(seeds))) as pool:
         return _merge(merged, pool.map(_record_seed, seeds, [root] * len(seeds)))

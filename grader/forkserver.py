@@ -19,7 +19,7 @@ of them, and every fork server of the command is forked from that one, on
 request. The submissions a server serves reach it as data over its socket,
 not by inheritance. A process forked by the grader (a chapter graded side
 by side, a student of a batch) gets a connection of its own to the clean
-parent (``handoff``, used by ``shards.fork_answering``). Where no clean
+parent (``handoff``, used by ``side_by_side.fork_answering``). Where no clean
 parent was started (``grading.grade`` called as a library, the test suite),
 a fork server is forked from the process that asks for it.
 

@@ -348,7 +348,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
 
         from grader.isolation import missing
         from grader.sandbox import Limits, clean_parent, layers
-        from grader.shards import default_processes
+        from grader.side_by_side import default_processes
 
         processes = min(default_processes(), len(found.chosen))
         work = Path(tempfile.mkdtemp(prefix="mha-course-"))

@@ -3,7 +3,7 @@
 ``grade`` is what ``mha-course grade`` calls, and what the other front ends
 (batch grading, Gradescope, the notebook's ``check()``) call too. It runs
 each chapter's checks in a pytest session of its own, chapters side by side
-in forked copies of this process (``grader.shards``); student code runs only
+in forked copies of this process (``grader.side_by_side``); student code runs only
 in the workers that ``RemoteSubmission`` has forked, and nothing they start
 outlives the grade (``grader.reaping``).
 
@@ -38,9 +38,9 @@ from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult, GradingPlugin
-from grader.remote import Printed, RemoteSubmission
+from grader.remote_submission import Printed, RemoteSubmission
 from grader.sandbox import Limits, fork_server, preload  # noqa: F401 - preload: for callers that grade
-from grader.shards import ShardFailed, one_thread, run_side_by_side
+from grader.side_by_side import ForkedCopyDied, one_thread, run_side_by_side
 
 
 class GraderError(RuntimeError):
@@ -87,7 +87,7 @@ class GradeReport:
     # By chapter id: what kept the whole file from being graded (unreadable,
     # empty, a notebook that is not JSON): said once, not once per exercise.
     problems: dict[str, str] = field(default_factory=dict)
-    # By chapter id, then remote.TOP_LEVEL or exercise: what the student's
+    # By chapter id, then remote_submission.TOP_LEVEL or exercise: what the student's
     # code printed. Data from the workers, shown on request, never graded.
     printed: dict[str, dict[str, Printed]] = field(default_factory=dict)
 
@@ -121,8 +121,8 @@ def grade(
         seed: seed of the random inputs; a fresh one when None.
         only: names of the exercises to check; the report holds just those.
             None checks every exercise.
-        jobs: processes that check chapters side by side (``grader.shards``):
-            ``shards.default_processes()`` for a student's grade; 1 where the
+        jobs: processes that check chapters side by side (``grader.side_by_side``):
+            ``side_by_side.default_processes()`` for a student's grade; 1 where the
             caller already grades several submissions side by side.
     """
     started = time.perf_counter()
@@ -151,7 +151,7 @@ def grade(
 class _Checked:
     """What one chapter's checks found: every check's result, the notes on
     the file (statements skipped, syntax repaired), and what the student's
-    code printed, by ``remote.TOP_LEVEL`` or exercise."""
+    code printed, by ``remote_submission.TOP_LEVEL`` or exercise."""
 
     chapter: str
     results: list[CheckResult]
@@ -225,7 +225,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     before = reaping.descendants()
     try:
         return run_side_by_side(chapters, check, 1 if recording else jobs, server)
-    except (ShardFailed, ForkServerError) as error:  # a fork server could not be had, here or in a copy
+    except (ForkedCopyDied, ForkServerError) as error:  # a fork server could not be had, here or in a copy
         raise GraderError(str(error)) from None
     finally:
         reaping.stop_descendants(spare=before)
@@ -284,7 +284,7 @@ def _sum_up(chapter: Chapter, results: list[CheckResult], only: set[str] | None,
 @contextlib.contextmanager
 def _tuned_for_grading() -> Iterator[None]:
     """What a grade sets for the whole process, in one place: torch computes
-    on one thread (``shards.one_thread`` says why), and the objects alive
+    on one thread (``side_by_side.one_thread`` says why), and the objects alive
     before the first grade are frozen out of the garbage collector's reach
     (``_freeze_what_lives_on``)."""
     _freeze_what_lives_on()

@@ -22,7 +22,7 @@ from grader.compare import CheckFailure, Noted
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
 from grader.outcomes import Failure
-from grader.remote import RemoteSubmission
+from grader.remote_submission import RemoteSubmission
 
 
 @dataclass

@@ -21,7 +21,7 @@ from grader.catalog import COURSE_ROOT, Chapter, gradescope_test_name
 from grader.grading import ExerciseResult, GradeReport
 from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult
-from grader.remote import TOP_LEVEL
+from grader.remote_submission import TOP_LEVEL
 from grader.verify import ExerciseAudit, Verification
 
 STATUS_STYLE = {

@@ -511,7 +511,7 @@ class LoadResult:
             the worker; workers do not run them.
         failure: set when the file could not be run at all.
         printed: what its statements printed, as the worker sent it
-            (``{"text", "more"}``, unchecked: ``remote.Printed`` reads it).
+            (``{"text", "more"}``, unchecked: ``remote_submission.Printed`` reads it).
         worker: the worker that ran the file, still running and answering
             calls, when it got through; the caller uses or kills it.
     """

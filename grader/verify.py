@@ -21,7 +21,7 @@ from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise, find_chapte
 from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.sandbox import preload
-from grader.shards import forked_pool
+from grader.side_by_side import forked_pool
 
 MIN_BUGS = 4  # known bugs an exercise's catalog must hold
 

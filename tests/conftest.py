@@ -117,8 +117,8 @@ def unscanned(monkeypatch):
 
 class NoScan:
     """A static scan that finds nothing, for a command line that sets
-    ``grader.remote.Scan = NoScan`` (tests/test_attacks.py). The scan runs in
-    ``grading``, not in ``remote``, and only notes: that assignment changes
+    ``grader.remote_submission.Scan = NoScan`` (tests/test_attacks.py). The scan runs in
+    ``grading``, not in ``remote_submission``, and only notes: that assignment changes
     no grade. ``unscanned`` is what turns the notes off."""
 
     def __init__(self, tree):

@@ -316,9 +316,9 @@ def test_counting_a_built_module_scores_nothing(tmp_path, code):
 
 def _without_the_catalogs_refusals(monkeypatch):
     """Grade as if the catalog forbade nothing: the check alone judges."""
-    import grader.remote
+    import grader.remote_submission
 
-    monkeypatch.setattr(grader.remote.RemoteSubmission, "_forbidden", lambda self, exercise: ())
+    monkeypatch.setattr(grader.remote_submission.RemoteSubmission, "_forbidden", lambda self, exercise: ())
 
 
 def test_a_module_too_wide_to_build_is_explained(tmp_path, monkeypatch):

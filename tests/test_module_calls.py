@@ -8,7 +8,7 @@ from grader.catalog import find_chapter
 from grader.compare import CheckFailure
 from grader.loading import load_submission
 from grader.module_calls import ModuleCall, run_module_call
-from grader.remote import RemoteSubmission
+from grader.remote_submission import RemoteSubmission
 
 SCALER = '''
 import torch

@@ -14,7 +14,7 @@ from conftest import FAST
 from grader import forkserver
 from grader.catalog import find_chapter
 from grader.loading import load_submission
-from grader.remote import RemoteSubmission
+from grader.remote_submission import RemoteSubmission
 from grader.sandbox import fork_server
 
 # Two submodules nothing of the grader imports: one preloaded, one never.

@@ -293,7 +293,7 @@ SIDE_BY_SIDE = [find_chapter(name) for name in ("ch01", "ch02", "ch04")]
 
 
 def test_chapters_graded_side_by_side_keep_every_secret_out_of_their_workers(tmp_path):
-    """Each chapter's checks run in a process of their own (``grader.shards``)."""
+    """Each chapter's checks run in a process of their own (``grader.side_by_side``)."""
     for chapter in SIDE_BY_SIDE:
         (tmp_path / chapter.file_name).write_text(searching(chapter), encoding="utf-8")
     done = cli("grade", "--dir", str(tmp_path), "--json", "--seed", "1", "--timeout", "30")

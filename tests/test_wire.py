@@ -154,7 +154,7 @@ def test_the_devices_of_returned_tensors_are_known():
 
 def test_a_tensor_on_another_device_than_the_inputs_fails():
     from grader.compare import CheckFailure
-    from grader.remote import _expect_device
+    from grader.remote_submission import _expect_device
 
     answer = {"kind": "tuple", "items": [{"kind": "tensor", "device": "cuda:0"}]}
     with pytest.raises(CheckFailure, match="returned a tensor on cuda:0 for inputs on cpu"):

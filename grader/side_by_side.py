@@ -34,7 +34,7 @@ Outcome = TypeVar("Outcome")
 Shared = TypeVar("Shared")
 
 
-class ShardFailed(RuntimeError):
+class ForkedCopyDied(RuntimeError):
     """A forked grading process died; the message says how."""
 
 
@@ -82,7 +82,7 @@ def run_side_by_side(items: Sequence[Item], work: Callable[[Item, Shared], Outco
     that takes an item (the fork server it forks workers from).
 
     ``work``'s results must pickle. Raises what ``work`` raised, here or in a
-    copy, or ShardFailed when a copy died.
+    copy, or ForkedCopyDied when a copy died.
     """
     processes = max(1, min(processes, len(items)))
     if processes == 1:
@@ -141,7 +141,7 @@ def _fork(items: Sequence[Item], work: Callable[[Item, Shared], Outcome],
             try:
                 pickle.dumps(error)
             except Exception:  # an exception that does not pickle: its words, then
-                error = ShardFailed(f"{type(error).__name__}: {error}")
+                error = ForkedCopyDied(f"{type(error).__name__}: {error}")
             return "error", error
 
     return fork_answering(compute)
@@ -181,7 +181,7 @@ def _collect(pid: int, read_fd: int) -> list[tuple[int, object]]:
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
     if not data:
-        raise ShardFailed(f"a grading process died (wait status {status})")
+        raise ForkedCopyDied(f"a grading process died (wait status {status})")
     kind, value = pickle.loads(data)
     if kind != "ok":
         raise value

@@ -10,7 +10,7 @@ import pytest
 from grader.catalog import CHAPTERS, find_chapter
 from grader.grading import GraderError, grade
 from grader.known_bugs import KNOWN_BUGS, apply_bug
-from grader.shards import ShardFailed, run_side_by_side
+from grader.side_by_side import ForkedCopyDied, run_side_by_side
 from tests.conftest import FAST, TRAINING, solution_source
 
 
@@ -47,7 +47,7 @@ def _copies_die(item: int, _) -> int:
 
 
 def test_a_copy_that_dies_is_an_error_not_a_hang():
-    with pytest.raises(ShardFailed, match="died"):
+    with pytest.raises(ForkedCopyDied, match="died"):
         run_side_by_side(list(range(6)), _copies_die, processes=2)
 
 
