@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import itertools
+import math
 import os
 import pickle
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -47,8 +51,67 @@ TRAINING = Limits()
 
 
 def limits_for(chapters) -> Limits:
-    """FAST, unless one of ``chapters`` trains a model."""
-    return TRAINING if any(chapter.id == "ch08" for chapter in chapters) else FAST
+    """FAST, unless one of ``chapters`` costs more than its checks (it trains a
+    model: ``Chapter.extra_cost``)."""
+    return TRAINING if any(chapter.extra_cost for chapter in chapters) else FAST
+
+
+# A chapter id the course does not have, for tests of how a file named for one
+# is refused: the first number the catalog leaves free, so that a new chapter
+# moves it on rather than breaking those tests.
+NO_SUCH_CHAPTER = next(f"ch{number:02d}" for number in itertools.count(1)
+                       if number not in {chapter.number for chapter in CHAPTERS})
+
+
+# -- what the whole-course tests need of each chapter, from its own test file ----------
+
+TESTS = Path(__file__).resolve().parent
+# What a chapter's test file, tests/test_chNN_slug.py, must define, and what for.
+CHAPTER_TEST_PARTS = {
+    "samples": "samples(draw), the calls tests/test_correct_styles.py makes of every exercise on "
+               "the reference and on each correct style: [(exercise name, args, kwargs), ...]",
+    "RELEASE_BUG": 'RELEASE_BUG = ("exercise", "bug name"[, "second bug"]), known bugs of its bugs.py '
+                   "that tests/test_release.py makes in both trees",
+}
+RECIPE = 'grader/README.md, "Adding a chapter"'
+
+
+def chapter_tests(chapter: Chapter, *needed: str) -> types.ModuleType:
+    """``tests/test_{chapter.module}.py``, the chapter's own tests, imported;
+    it must define each of ``needed`` (names of ``CHAPTER_TEST_PARTS``). A
+    missing file or name fails with what to add."""
+    path = TESTS / f"test_{chapter.module}.py"
+    assert path.is_file(), (f"{chapter.id} has no tests/{path.name}: write it, with "
+                            f"{' and '.join(CHAPTER_TEST_PARTS)} ({RECIPE})")
+    # The name pytest imports it under (rootdir-relative, no package): one module, not two.
+    module = importlib.import_module(path.stem)
+    for name in needed:
+        assert hasattr(module, name), (f"tests/{path.name} defines no {name}: add "
+                                       f"{CHAPTER_TEST_PARTS.get(name, name)} ({RECIPE})")
+    return module
+
+
+class Draw:
+    """Seeded random inputs, for a chapter's ``samples(draw)``."""
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def randn(self, *shape: int, dtype=torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.generator, dtype=torch.float64).to(dtype)
+
+    def weights(self, *shape: int) -> torch.Tensor:
+        """A projection weight scaled so that activations stay near 1."""
+        return self.randn(*shape) / math.sqrt(shape[-1])
+
+    def mask(self, *shape: int) -> torch.Tensor:
+        """A random bool mask, True = may attend, with key 0 always allowed."""
+        mask = torch.rand(*shape, generator=self.generator) < 0.6
+        mask[..., 0] = True
+        return mask
+
+    def positions(self, *shape: int, below: int = 32) -> torch.Tensor:
+        return torch.randint(0, below, shape, generator=self.generator)
 
 
 def replace_function(source: str, name: str, new_definition: str) -> str:

@@ -6,8 +6,9 @@ import importlib.util
 import re
 
 import pytest
+import torch
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
@@ -239,3 +240,32 @@ def test_the_lesson_figure_weights_are_those_the_text_quotes(masked):
         assert (weights[:, 3:] == 0).all()
     else:  # "each query gives 7 to 9 % of its attention to each <pad>"
         assert ((weights[:, 3:] >= 0.07) & (weights[:, 3:] < 0.095)).all()
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    x, context = draw.randn(2, 3, 6), draw.randn(2, 5, 4)
+    projections = (draw.weights(8, 6), draw.weights(8, 4), draw.weights(3, 4))
+    additive = torch.zeros(2, 3, 4).masked_fill(~draw.mask(2, 3, 4), float("-inf"))
+    return [
+        ("padding_mask", (torch.tensor([3, 0, 5]),), {"max_len": 6}),
+        ("padding_mask", (torch.tensor([3, 1, 4]),), {}),
+        ("convert_mask", (draw.mask(2, 3, 4), "attend", "block"), {}),
+        ("convert_mask", (draw.mask(2, 3, 4), "block", "additive"), {"dtype": torch.float64}),
+        ("convert_mask", (additive, "additive", "attend"), {}),
+        ("combine_masks", (draw.mask(2, 5),), {}),
+        ("combine_masks", (draw.mask(2, 5), draw.mask(3, 5)), {}),
+        ("combine_masks", (draw.mask(2, 5), draw.mask(2, 3, 5)), {}),
+        ("cross_attention", (x, context, *projections), {}),
+        ("cross_attention", (x, context, *projections), {"context_lengths": torch.tensor([5, 2])}),
+        ("cross_attention", (x, context, *projections), {"context_lengths": torch.tensor([0, 3])}),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("cross_attention", "padding-hides-queries")

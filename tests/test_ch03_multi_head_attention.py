@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import FAST, replace_function, result_of, solution_source, statuses, stub_source
+from conftest import FAST, Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import find_chapter
 from grader.grading import grade
 
@@ -344,3 +344,34 @@ def test_a_module_built_on_the_meta_device_is_seen(tmp_path, monkeypatch):
 def test_a_formula_written_otherwise_keeps_the_point(tmp_path, code):
     result = _grade_count(replace_function(SOLUTION, "parameter_count", code), tmp_path)
     assert result.status == "passed", [(check.check, check.message) for check in result.failed_checks]
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    query, key = draw.randn(2, 5, 12), draw.randn(2, 7, 12)
+    projections = [draw.weights(12, 12) for _ in range(4)]
+    in_proj, out_proj = draw.weights(36, 12), draw.weights(12, 12)
+    padding = ~draw.mask(2, 7)  # True = ignore, nn.MultiheadAttention's way
+    return [
+        ("split_heads", (draw.randn(2, 5, 12), 3), {}),
+        ("merge_heads", (draw.randn(2, 3, 5, 4),), {}),
+        ("multi_head_attention", (query, key, key, 3, *projections), {"mask": draw.mask(5, 7)}),
+        ("multi_head_attention", (query, query, query, 4, *projections), {}),
+        ("MultiHeadAttention", ((12, 3), (draw.randn(2, 5, 12),), {"mask": draw.mask(5, 5)}), {}),
+        ("MultiHeadAttention", ((12, 3), (draw.randn(2, 5, 12),), {"need_weights": True}), {}),
+        ("torch_multihead_forward", (query.transpose(0, 1), key.transpose(0, 1), key.transpose(0, 1), 3,
+                                     in_proj, draw.randn(36), out_proj, draw.randn(12)),
+         {"key_padding_mask": padding}),
+        ("torch_multihead_forward", (query, key, key, 4, in_proj, None, out_proj, None), {"batch_first": True}),
+        ("parameter_count", (12, 3), {}),
+        ("parameter_count", (8, 2, False), {}),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("MultiHeadAttention", "reshape-without-transpose")

@@ -3,7 +3,9 @@ pitfalls of causal attention and the KV cache caught with words a student can
 act on. (Each known bug of grader/chapters/ch04/bugs.py is proved caught by
 test_known_bugs.py; the wrong versions here are written differently.)"""
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+import torch
+
+from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import find_chapter
 
 CH04 = find_chapter("ch04")
@@ -233,3 +235,27 @@ def test_an_inline_mask_that_hides_the_diagonal_is_named(grade_source):
     failed = _failed(result)
     gradient = failed["output t has zero gradient with respect to tokens after t (autograd, float64)"]
     assert "output 0 must depend on itself and the past" in gradient
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    x = draw.randn(2, 5, 8)
+    projections = (draw.weights(8, 8), draw.weights(8, 8), draw.weights(6, 8), draw.weights(4, 6))
+    cache = (draw.randn(2, 2, 4, 4), draw.randn(2, 2, 4, 3))
+    return [
+        ("causal_mask", (4,), {}),
+        ("causal_mask", (3, 6), {}),
+        ("causal_self_attention", (x, 2, *projections), {}),
+        ("causal_self_attention", (x, 2, *projections), {"lengths": torch.tensor([5, 0])}),
+        ("attend_with_cache", (draw.randn(2, 3, 8), 2, *projections), {"cache": cache}),
+        ("attend_with_cache", (draw.randn(2, 3, 8), 2, *projections), {}),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("causal_mask", "top-left")

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
@@ -243,3 +243,27 @@ def apply_rope(x, token_positions, theta=10000.0):
     failed = [title for title in _failed_titles(report, "apply_rope") if title.startswith("matches")]
     assert failed and all("gaps" in title or "shuffled" in title for title in failed)
     assert result.reason.startswith(_bug("apply_rope", "positions-as-offset").hint)
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    x, positions = draw.randn(2, 5, 8), draw.positions(2, 5)
+    attention = (16, 2, 32, 10000.0, *(draw.weights(16, 16) for _ in range(4)), draw.randn(2, 6, 16))
+    return [
+        ("rope_angles", (positions, 8), {}),
+        ("apply_rope", (x, positions), {}),
+        ("apply_rope", (draw.randn(3, 4, 6, dtype=torch.float64), draw.positions(4)), {"theta": 500.0}),
+        ("apply_rope_half", (x, positions), {}),
+        ("adjacent_to_half_permutation", (8,), {}),
+        ("rope_self_attention", attention, {}),
+        ("rope_self_attention", attention, {"token_positions": draw.positions(2, 6)}),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("apply_rope", "pairs-are-halves")

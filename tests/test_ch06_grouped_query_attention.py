@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
@@ -219,3 +219,24 @@ def test_a_module_that_mixes_up_heads_in_the_output_fails_only_the_module(grade_
     report = grade_source(source, chapter="ch06")
     assert {name for name, status in statuses(report).items() if status != "passed"} == {"GroupedQueryAttention"}
     assert "nn.MultiheadAttention" in "\n".join(_failed(report, "GroupedQueryAttention"))
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    q, k, v = draw.randn(2, 6, 4, 3), draw.randn(2, 2, 5, 3), draw.randn(2, 2, 5, 2)
+    return [
+        ("expand_kv_heads", (draw.randn(2, 2, 5, 3), 6), {}),
+        ("grouped_query_attention", (q, k, v), {}),
+        ("grouped_query_attention", (q, k, v), {"mask": draw.mask(4, 5)}),
+        ("GroupedQueryAttention", ((12, 6, 2), (draw.randn(2, 5, 12),), {"mask": draw.mask(5, 5)}), {}),
+        ("kv_cache_bytes", (2, 128, 4, 2, 64, torch.bfloat16), {}),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("grouped_query_attention", "tiled")

@@ -18,11 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from conftest import replace_function, result_of, solution_source, statuses, stub_source
+from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.chapters.ch07.bugs import BUGS
+from grader.chapters.ch07.test_ch07_memory_efficient_attention import (QUERY_BLOCKS_HINT, WHOLE_MATRIX_HINT,
+                                                                      WHOLE_ROW_HINT)
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.checks import case_ids
-from grader.checks.test_ch07_memory_efficient_attention import QUERY_BLOCKS_HINT, WHOLE_MATRIX_HINT, WHOLE_ROW_HINT
 from grader.compare import CheckFailure
 from grader.footprint import Footprint, Largest, Measure, PartlyMeasured, Reduction, parse
 from grader.isolation import BUDGET_COUNTED
@@ -687,3 +688,28 @@ def test_the_lessons_training_memory_is_measured():
     assert counts["tiled"] == counts["blocks"] + counts["acc"] + counts["columns"]
     missing = {name: count for name, count in counts.items() if f"{count:,}" not in lesson}
     assert not missing, f"the lesson's training measurements differ: {missing}"
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    q, k, v = draw.randn(2, 6, 8), draw.randn(2, 10, 8), draw.randn(2, 10, 5)
+    lse_b = draw.randn(2, 6)
+    lse_b[0, 1] = float("-inf")  # a query with no key among B
+    return [
+        ("online_softmax", (draw.randn(3, 10) * 3, 4), {}),
+        ("tiled_attention", (q, k, v, 4), {}),
+        ("tiled_attention", (q, k, v, 3), {"causal": True}),
+        # More queries than keys: the first two see none (zeros, lse -inf).
+        ("tiled_attention", (draw.randn(2, 12, 8), k, v, 4), {"causal": True}),
+        ("merge_attention", (draw.randn(2, 6, 5), draw.randn(2, 6), draw.randn(2, 6, 5), lse_b), {}),
+    ]
+
+
+# The known bugs tests/test_release.py makes in the edition and in this tree: two together,
+# whose hint is the pair's.
+RELEASE_BUG = ("tiled_attention", "output-not-rescaled", "no-scale")

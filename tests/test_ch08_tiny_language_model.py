@@ -17,10 +17,10 @@ import time
 import pytest
 import torch
 
-from conftest import TRAINING, replace_function, result_of, solution_source, statuses, stub_source
+from conftest import TRAINING, Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.chapters.ch08.bugs import BUGS
+from grader.chapters.ch08.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.checks.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
 from grader.known_bugs import apply_bug, function_span
 
 CH08 = find_chapter("ch08")
@@ -226,7 +226,7 @@ def test_the_optional_block_in_llamas_style_passes(grade_source):
 
 
 def test_an_argmax_tie_may_go_either_way():
-    from grader.checks.test_ch08_tiny_language_model import _off_the_top
+    from grader.chapters.ch08.test_ch08_tiny_language_model import _off_the_top
 
     logits = torch.tensor([[1.0, 3.0, 3.0 - 1e-6, -2.0], [0.5, 0.0, 0.25, 0.5]])  # (B, V)
     assert _off_the_top(logits, torch.tensor([1, 0])).tolist() == [False, False]
@@ -332,3 +332,39 @@ def test_the_lessons_numbers_are_the_texts():
     assert vocab_size == 32 and f"$\\ln {vocab_size} = {math.log(vocab_size):.2f}$" in lesson
     assert f"below {LEARNED}" in lesson and f"not below {SEES_THE_ANSWER}" in lesson
     assert f"{TRAIN_STEPS} steps" in lesson
+
+
+# -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
+
+
+def samples(draw: Draw) -> list:
+    """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
+    reference and on each correct style (tests/test_correct_styles.py); a class's args
+    are ``(init args, call args, call kwargs)``."""
+    tokens = torch.randint(0, 20, (2, 8), generator=draw.generator)
+    cache = (draw.randn(2, 2, 3, 8), draw.randn(2, 2, 3, 8))  # (B, H, T_past, d) keys and values
+    caches = [(draw.randn(2, 2, 5, 8), draw.randn(2, 2, 5, 8)) for _ in range(2)]  # one a block
+    cached = {"method": "forward_with_cache"}
+    return [
+        ("TransformerBlock", ((16, 2), (draw.randn(2, 5, 16),), {}), {}),
+        ("TransformerBlock", ((16, 2), (draw.randn(2, 4, 16),), {}), cached),
+        ("TransformerBlock", ((16, 2), (draw.randn(2, 1, 16), cache), {}), cached),
+        ("TransformerBlock", ((16, 2), (draw.randn(2, 2, 16), cache), {}), cached),
+        ("TinyLM", ((20, 16, 2, 2, 8), (tokens,), {}), {}),
+        ("TinyLM", ((20, 16, 2, 2, 8), (tokens[:, :5],), {}), cached),
+        ("TinyLM", ((20, 16, 2, 2, 8), (tokens[:, 5:], caches), {}), cached),
+        ("TinyLM", ((20, 16, 2, 2, 8), (tokens[:, :2], 5), {}), {"passed_to": "generate"}),
+        ("TinyLM", ((20, 16, 2, 1, 8), (tokens[:1, :1], 7), {}), {"passed_to": "generate"}),
+        ("RoPETransformerBlock", ((16, 2), (draw.randn(2, 5, 16),), {}), {}),
+        ("RoPETransformerBlock", ((16, 2, 500.0), (draw.randn(2, 4, 16),), {}), cached),
+        ("RoPETransformerBlock", ((16, 2), (draw.randn(2, 2, 16), cache), {}), cached),
+    ]
+
+
+# The known bug tests/test_release.py makes in the edition and in this tree.
+RELEASE_BUG = ("TransformerBlock", "no-causal-mask")
+
+# train trains on the course's text with random draws of its own: its checks take nothing
+# from the seed (tests/test_correct_styles.py grades the corpus on it once, not on five
+# seeds), and no sample call compares its losses with the reference's (grading alone does).
+SEED_FREE = UNSAMPLED = ("train",)

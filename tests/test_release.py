@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ADDED_BUGS, VERIFY_SEED
+from conftest import ADDED_BUGS, VERIFY_SEED, chapter_tests
 from grader import recorded, recorded_values
-from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter, is_student_edition
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter, is_student_edition
 from grader.cli import main
 from grader.compare import matches
 from grader.edition import revealing_passages, solution_blocks, write_edition
@@ -32,19 +32,19 @@ from grader.known_bugs import KNOWN_BUGS, apply_bugs
 from grader.report import results_json
 
 SEED = 20240601
-# One bug a chapter, in different exercises and kinds of output (weights,
-# masks, module outputs, caches, RoPE, grouped heads), each with a hint in both
-# trees; in chapter 7 two bugs made together, whose hint is the pair's.
-BUGS = {
-    "ch01": ("scaled_dot_product_attention", "no-scale"),
-    "ch02": ("cross_attention", "padding-hides-queries"),
-    "ch03": ("MultiHeadAttention", "reshape-without-transpose"),
-    "ch04": ("causal_mask", "top-left"),
-    "ch05": ("apply_rope", "pairs-are-halves"),
-    "ch06": ("grouped_query_attention", "tiled"),
-    "ch07": ("tiled_attention", "output-not-rescaled", "no-scale"),
-    "ch08": ("TransformerBlock", "no-causal-mask"),
-}
+
+
+def release_bugs(chapter: Chapter) -> list:
+    """The known bugs its test file's ``RELEASE_BUG`` names, ``(exercise, bug
+    name[, second bug])``: one bug a chapter, in different exercises and kinds of
+    output (weights, masks, module outputs, caches, RoPE, grouped heads), each
+    with a hint in both trees; in chapter 7 two made together, whose hint is the
+    pair's."""
+    exercise, *names = chapter_tests(chapter, "RELEASE_BUG").RELEASE_BUG
+    bugs = [bug for name in names for bug in KNOWN_BUGS[chapter.id] if (bug.exercise, bug.name) == (exercise, name)]
+    assert len(bugs) == len(names), (f"RELEASE_BUG in tests/test_{chapter.module}.py names {exercise}'s {names}, "
+                                     f"not all in {chapter.bugs().relative_to(COURSE_ROOT)}")
+    return bugs
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +65,20 @@ def _edition_grade(edition: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _bug_folder(folder: Path) -> Path:
-    """One file a chapter, each the solution with that chapter's bug of ``BUGS``."""
+    """One file a chapter, each the solution with that chapter's ``release_bugs``."""
     folder.mkdir()
     for chapter in CHAPTERS:
         source = chapter.solution().read_text(encoding="utf-8")
-        exercise, *names = BUGS[chapter.id]
-        bugs = [bug for name in names for bug in KNOWN_BUGS[chapter.id]
-                if (bug.exercise, bug.name) == (exercise, name)]
-        (folder / chapter.file_name).write_text(apply_bugs(source, bugs), encoding="utf-8")
+        (folder / chapter.file_name).write_text(apply_bugs(source, release_bugs(chapter)), encoding="utf-8")
     return folder
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_every_chapter_names_the_known_bugs_the_release_test_makes(chapter):
+    """Read before any edition is built: a chapter whose test file lacks
+    RELEASE_BUG, or names a bug its bugs.py lacks, fails here at once."""
+    bugs = release_bugs(chapter)
+    assert bugs and all(bug.hint for bug in bugs), chapter.id
 
 
 # -- what the edition holds -------------------------------------------------------------
@@ -232,13 +237,13 @@ def test_instructor_tree_does_not_replay():
 def _answer_cases() -> list:
     """``(chapter, exercise, args, kwargs, the reference's answer)`` for the
     sample calls of every function exercise (classes are built, not pasted)."""
-    from test_correct_styles import SAMPLES, Draw, load
+    from test_correct_styles import load, sample_calls
 
     cases = []
     for chapter in CHAPTERS:
         reference = load(chapter.solution(), f"reference_{chapter.module}")
         for seed in (0, 1):
-            for name, args, kwargs in SAMPLES[chapter.id](Draw(seed)):
+            for name, args, kwargs in sample_calls(chapter, seed):
                 if not isinstance(getattr(reference, name), type):
                     cases.append((chapter.id, name, args, kwargs, getattr(reference, name)(*args, **kwargs)))
     return cases
@@ -312,7 +317,7 @@ def test_edition_grades_reference_and_bugs_as_the_instructor_tree(edition, tmp_p
     # Each exercise: status, score, every failed check with its message and hint.
     assert in_edition["tests"] == mine["tests"]
     assert in_edition["score"] == mine["score"] < mine["max_score"]
-    assert sum("hint:" in test["output"] for test in mine["tests"]) >= len(BUGS)
+    assert sum("hint:" in test["output"] for test in mine["tests"]) >= len(CHAPTERS)
     assert "hint: looks like two mistakes together" in json.dumps(mine["tests"])  # chapter 7's pair
 
     # The reference, with the seed chosen for us (one of those recorded).
