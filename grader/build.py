@@ -3,9 +3,12 @@
 ``solutions/chNN_topic.py`` holds the reference code; the parts a student
 writes sit between ``# BEGIN SOLUTION`` and ``# END SOLUTION``. The build
 turns each solution file into the stub ``exercises/chNN_topic.py`` and runs
-each chapter's ``figures.py`` to draw the lesson's figures. Nothing it writes
-is edited by hand: ``mha-course build --check`` (and a test) fail when a
-committed file differs from what the build writes now.
+each chapter's ``figures.py`` to draw the lesson's figures. In each lesson
+it writes, between two marker lines, what each exercise's checks try, from
+the checks' docstrings (``grader.lesson_checks``); the rest of the lesson
+is the author's. The notebooks carry the lesson so written. Nothing it
+writes is edited by hand: ``mha-course build --check`` (and a test) fail
+when a committed file differs from what the build writes now.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
+from grader.lesson_checks import lesson_path, lesson_text
 from grader.notebooks import notebook_text
 
 # What the build last wrote into exercises/, by file name: a sha256 of each
@@ -82,8 +86,9 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
     for chapter in CHAPTERS:
         solution = chapter.solution(root)
         stub = stub_source(solution.read_text(encoding="utf-8"), str(solution.relative_to(root)))
+        lesson = files[lesson_path(chapter, root)] = lesson_text(chapter, root)
         files[chapter.stub(root)] = stub
-        files[chapter.notebook(root)] = notebook_text(chapter, stub, root)
+        files[chapter.notebook(root)] = notebook_text(chapter, stub, root, lesson=lesson)
         if figures:
             files.update(_chapter_figures(chapter, root))
     exercises = {path.name: _digest(text) for path, text in files.items() if path.parent.name == "exercises"}
@@ -165,7 +170,8 @@ def solution_notebooks(folder: Path, root: Path = COURSE_ROOT) -> dict[Path, str
 
     for chapter in CHAPTERS:
         solution = chapter.solution(root).read_text(encoding="utf-8")
-        files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions", copy)
+        files[folder / f"{chapter.module}.ipynb"] = notebook_text(chapter, solution, root, "solutions", copy,
+                                                                  lesson_text(chapter, root))
     return files
 
 

@@ -51,7 +51,7 @@ class NotebookError(ValueError):
 
 
 def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exercises",
-                  link: Callable[[Path], str] | None = None) -> str:
+                  link: Callable[[Path], str] | None = None, lesson: str | None = None) -> str:
     """The chapter's notebook as JSON text, the same bytes for the same sources.
 
     Args:
@@ -62,6 +62,8 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
         link: what the notebook links to for a file the lesson links to (a
             figure), given that file's path; None for its path from
             ``exercises/``, where the built notebooks live.
+        lesson: the lesson's text, as the build writes it; None for its
+            ``README.md`` as it is.
     """
     import nbformat  # here: grading a .py file need not import it
 
@@ -84,7 +86,9 @@ def notebook_text(chapter: Chapter, code: str, root: Path, edition: str = "exerc
 
     if link is None:
         link = partial(_relative_link, start=root / "exercises")
-    sections = lesson_sections((folder / "README.md").read_text(encoding="utf-8"), folder, link)
+    if lesson is None:
+        lesson = (folder / "README.md").read_text(encoding="utf-8")
+    sections = lesson_sections(lesson, folder, link)
     add(nbformat.v4.new_markdown_cell(sections[0] + "\n\n" + _how_to(chapter)), LESSON)
     for section in sections[1:]:
         add(nbformat.v4.new_markdown_cell(section), LESSON)

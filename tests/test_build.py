@@ -19,6 +19,7 @@ from grader.build import (
     write_files,
 )
 from grader.catalog import CHAPTERS, COURSE_ROOT
+from grader.lesson_checks import BEGIN, END, LessonError, check_titles, checks_block, with_checks
 
 
 def test_committed_files_are_what_the_build_writes():
@@ -92,9 +93,9 @@ def test_unpaired_markers_are_errors_with_a_line(text, problem):
 
 @pytest.fixture
 def course(tmp_path):
-    """A copy of the course's sources and exercises, as the build last wrote them."""
-    for folder in ("solutions", "chapters", "exercises"):
-        shutil.copytree(COURSE_ROOT / folder, tmp_path / folder)
+    """A copy of the course's sources, checks and exercises, as the build last wrote them."""
+    for folder in ("solutions", "chapters", "exercises", "grader"):
+        shutil.copytree(COURSE_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
@@ -172,3 +173,152 @@ def test_a_wrapped_try_cell_runs_as_written_and_says_what_is_not_written(capsys)
     exec(until_written("print(model)", plot=True), {})
     assert capsys.readouterr().out.splitlines()[-2:] == [
         NOT_WRITTEN, "Not drawn yet: model is made by a cell above, which has not run to the end."]
+
+
+# -- what each lesson says its checks try ----------------------------------------------
+
+NEW_CHECK = '''
+
+@exercise("padding_mask")
+def test_padding_mask_is_bool(submission):
+    """gives a mask of dtype torch.bool, never 0 and 1 in integers"""
+'''
+
+
+def _build(course, *options: str) -> subprocess.CompletedProcess:
+    """``mha-course build`` run in ``course``, a copy of the course with its own grader."""
+    return subprocess.run([sys.executable, "-m", "grader", "build", *options], capture_output=True, text=True,
+                          cwd=course, timeout=300)
+
+
+def test_a_check_added_without_a_build_fails_build_check_naming_its_lesson(course):
+    """A new check's sentence belongs in its lesson's list of checks: until
+    ``mha-course build`` writes it there (and into the notebook, which
+    carries the lesson), ``build --check`` fails and names the lesson; the
+    build changes nothing of the lesson outside its markers."""
+    chapter = next(chapter for chapter in CHAPTERS if chapter.id == "ch02")
+    checks = course / "grader" / "chapters" / chapter.id / chapter.checks.name
+    checks.write_text(checks.read_text(encoding="utf-8") + NEW_CHECK, encoding="utf-8")
+    lesson = course / "chapters" / chapter.folder / "README.md"
+    before = lesson.read_text(encoding="utf-8")
+    checked = _build(course, "--check")
+    assert checked.returncode == 1, checked.stderr
+    assert sorted(checked.stderr.splitlines()) == [f"out of date: {path}" for path in (
+        f"chapters/{chapter.folder}/README.md", f"exercises/{RECORD}", f"exercises/{chapter.module}.ipynb")]
+    assert (built := _build(course)).returncode == 0, built.stderr
+    after = lesson.read_text(encoding="utf-8")
+    sentence = "<li>gives a mask of dtype torch.bool, never 0 and 1 in integers</li>"
+    assert sentence not in before and after.count(sentence) == 1
+    begin, end = after.index(BEGIN), after.index(END)
+    assert begin < after.index(sentence) < end
+    assert after[:begin] == before[:before.index(BEGIN)] and after[end:] == before[before.index(END):]
+    assert sentence in chapter.notebook(course).read_text(encoding="utf-8")
+    assert _build(course, "--check").returncode == 0
+
+
+def test_a_lesson_without_its_markers_is_refused_in_one_line(course):
+    """The build never guesses where a lesson's list goes: a lesson that lost
+    a marker is refused, named, with the recipe, and nothing is written."""
+    chapter = CHAPTERS[2]
+    lesson = course / "chapters" / chapter.folder / "README.md"
+    text = lesson.read_text(encoding="utf-8")
+    lesson.write_text(text.replace(END + "\n", ""), encoding="utf-8")
+    stubs = sorted(path.read_text() for path in (course / "exercises").iterdir())
+    built = _build(course)
+    assert built.returncode == 2 and built.stdout == ""
+    (line,) = built.stderr.splitlines()
+    assert line.startswith(f"error: chapters/{chapter.folder}/README.md: needs one line {BEGIN}")
+    assert line.endswith("see grader/README.md, Adding a chapter")
+    assert sorted(path.read_text() for path in (course / "exercises").iterdir()) == stubs
+
+
+@pytest.mark.parametrize("lesson, problem", [
+    ("# Lesson\n\nNo list here.\n", "found 0 and 0"),
+    (f"{BEGIN}\n{BEGIN}\n{END}\n", "found 2 and 1"),
+    (f"{END}\nbetween\n{BEGIN}\n", f"its line {END} comes before its line {BEGIN}"),
+], ids=["no-markers", "two-begins", "end-first"])
+def test_markers_that_are_missing_or_broken_are_refused(lesson, problem):
+    with pytest.raises(LessonError, match=re.escape(problem)) as refused:
+        with_checks(lesson, "the list", "chapters/09_x/README.md")
+    assert str(refused.value).startswith("chapters/09_x/README.md: ")
+    assert str(refused.value).endswith("see grader/README.md, Adding a chapter")
+
+
+def test_only_the_text_between_the_markers_is_the_builds():
+    lesson = f"# Title\n\nIntro  \n{BEGIN}\nan old list\n{END}\n\nAfter, with `code`.\n"
+    assert with_checks(lesson, "the new list") == (
+        f"# Title\n\nIntro  \n{BEGIN}\nthe new list\n{END}\n\nAfter, with `code`.\n")
+
+
+CHECKS_FILE = '''
+import pytest
+from grader.checks import exercise, portability_check, portable
+
+CASES = [1, 2, 3]
+
+
+def helper():
+    """not a check"""
+
+
+@exercise("combine_masks")
+@pytest.mark.parametrize("case", CASES)
+def test_combine(submission, case):
+    """allows a pair only where both masks allow it."""
+
+
+@exercise("padding_mask")
+@pytest.mark.parametrize("case", CASES)
+def test_padding(submission, case):
+    """matches the reference
+    on every case, which this second line says more about"""
+
+
+@exercise("padding_mask")
+def test_padding_lengths(submission):
+    """row b holds lengths[b] Trues, with a < and an &"""
+
+
+test_would_run_on_a_gpu = portability_check([
+    portable("padding_mask", lambda inputs: ((), {})),
+    portable("cross_attention", lambda inputs: ((), {})),
+])
+'''
+
+
+def _checks_in(course, text: str):
+    chapter = next(chapter for chapter in CHAPTERS if chapter.id == "ch02")
+    (course / "grader" / "chapters" / chapter.id / chapter.checks.name).write_text(text, encoding="utf-8")
+    return chapter
+
+
+def test_the_list_holds_each_check_once_in_the_reports_words(course):
+    """A parametrized check is one sentence, the docstring's first line as
+    the report shows it; exercises come in the catalog's order and checks
+    in the file's; the portability check is under each exercise it names."""
+    chapter = _checks_in(course, CHECKS_FILE)
+    portable_title = '''would run on a GPU too: runs with its inputs on meta, where a tensor made on the CPU cannot meet them'''
+    assert check_titles(chapter, course) == {
+        "padding_mask": ["matches the reference", "row b holds lengths[b] Trues, with a < and an &", portable_title],
+        "convert_mask": [],
+        "combine_masks": ["allows a pair only where both masks allow it"],
+        "cross_attention": [portable_title],
+    }
+    block = checks_block(check_titles(chapter, course))
+    assert "<li>row b holds lengths[b] Trues, with a &lt; and an &amp;</li>" in block
+    assert "<summary><code>convert_mask</code></summary>\n<ul>\n<li>no check yet</li>" in block
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('@exercise("padding_mask")\ndef test_x(submission):\n    pass\n', "test_x has no docstring"),
+    ('@exercise("no_such")\ndef test_x(submission):\n    """a sentence"""\n', "a check of 'no_such'"),
+    ('def test_x(submission):\n    """a sentence"""\n', "test_x needs one @exercise"),
+    ("test_x = make_check()\n", "define it with def"),
+], ids=["no-docstring", "unknown-exercise", "no-exercise", "made-otherwise"])
+def test_a_check_the_list_cannot_read_is_refused_with_its_line(course, text, problem):
+    source = "import pytest\n\n" + text
+    chapter = _checks_in(course, source)
+    with pytest.raises(LessonError, match=re.escape(problem)) as refused:
+        check_titles(chapter, course)
+    line = next(number for number, code in enumerate(source.splitlines(), start=1) if "test_x" in code)
+    assert str(refused.value).startswith(f"grader/chapters/ch02/{chapter.checks.name}:{line}: ")
