@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from conftest import NO_SUCH_CHAPTER
 from grader import batch, batch_state, class_folder
 from grader.class_folder import Unusable, extract_zip, list_entries
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
@@ -107,7 +108,7 @@ EXPECTED = {
     "wes.txt": (0, 0, "not a folder, a .py file"),
     "xan": (FULL, 0, ""),                # a file named xan_ch01.py in a folder
     "yan": (FULL, 0, ""),                # the files one folder further down
-    "zed": (0, 0, "no file names its chapter"),  # only ch09_extra.py
+    "zed": (0, 0, "no file names its chapter"),  # only a file for NO_SUCH_CHAPTER
     "amy": (FULL, 0, ""),                # the solution beside a text file
     "kai": (0, 0, ""),                   # the untouched stub notebook
 }
@@ -144,7 +145,7 @@ def make_class(root: Path) -> Path:
     write(root / "wes.txt", "my answers are in my head")
     write(root / "xan" / "xan_ch01.py", SOLUTION)
     write(root / "yan" / "exercises" / PY, SOLUTION)
-    write(root / "zed" / "ch09_extra.py", SOLUTION)
+    write(root / "zed" / f"{NO_SUCH_CHAPTER}_extra.py", SOLUTION)
     write(root / "amy" / PY, SOLUTION)
     write(root / "amy" / "notes.txt", "done!")
     write(root / "kai" / NB, (COURSE_ROOT / "exercises" / NB).read_text(encoding="utf-8"))
@@ -454,8 +455,8 @@ def test_help_at_80_columns_names_the_argument_as_the_text_does():
 
 
 def test_a_chapter_the_course_lacks_is_a_reason(tmp_path):
-    with pytest.raises(Unusable, match="ch09.*does not have"):
-        class_folder.submission_targets((write(tmp_path / "eve_ch09.py", SOLUTION),), tmp_path)
+    with pytest.raises(Unusable, match=f"{NO_SUCH_CHAPTER}.*does not have"):
+        class_folder.submission_targets((write(tmp_path / f"eve_{NO_SUCH_CHAPTER}.py", SOLUTION),), tmp_path)
 
 
 def test_students_are_named_by_their_entries(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import NO_SUCH_CHAPTER
 from grader import batch, class_folder, gradescope, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
 from grader.finding import MAX_FOLDER_DEPTH, chapter_choice, find_chapters, submission_files
@@ -53,8 +54,8 @@ def test_the_chapter_comes_from_chNN_as_a_word_of_the_name(name, chapter):
 
 
 def test_a_chapter_number_the_course_lacks_is_an_error():
-    with pytest.raises(UnknownChapter, match="ch09.*does not have"):
-        chapter_in_name("eve_ch09.py")
+    with pytest.raises(UnknownChapter, match=f"{NO_SUCH_CHAPTER}.*does not have"):
+        chapter_in_name(f"eve_{NO_SUCH_CHAPTER}.py")
 
 
 # -- the walker and the choice -------------------------------------------------------
@@ -89,10 +90,10 @@ def test_work_under_a_name_of_ones_own_beats_the_untouched_stub(tmp_path):
 def test_a_name_holding_chNN_counts_when_the_exercise_name_is_absent(tmp_path):
     write(tmp_path / "alice_ch01.ipynb", WORKED_NOTEBOOK)
     write(tmp_path / "rich01.py", "x = 1\n")
-    write(tmp_path / "eve_ch09.py", "x = 1\n")
+    write(tmp_path / f"eve_{NO_SUCH_CHAPTER}.py", "x = 1\n")
     found = find_chapters(tmp_path)
     assert found.chosen == {"ch01": tmp_path / "alice_ch01.ipynb"}
-    assert found.unnamed == ["eve_ch09.py", "rich01.py"]
+    assert found.unnamed == [f"eve_{NO_SUCH_CHAPTER}.py", "rich01.py"]
 
 
 def test_folders_are_looked_through_to_the_depth_limit_and_no_further(tmp_path):
@@ -152,7 +153,7 @@ def checks_pass(monkeypatch):
     ``{chapter id: the text graded}`` of the last grade."""
     from grader.grading import ExerciseResult, GradeReport
 
-    def grade(targets, device=None, limits=None, seed=None, only=None, jobs=1):
+    def grade(targets, device=None, limits=None, seed=None, only=None, jobs=1, account=None):
         checks_pass.graded = {chapter.id: path.read_text(encoding="utf-8") for chapter, path in targets}
         results = [ExerciseResult(chapter, exercise, "passed", "all checks passed", [])
                    for chapter, _ in targets for exercise in chapter.exercises]
@@ -161,7 +162,7 @@ def checks_pass(monkeypatch):
     monkeypatch.setattr("grader.grading.grade", grade)
     # Gradescope's runner changes user and stops what a submission left
     # running: not in the test's own process.
-    monkeypatch.setattr(gradescope, "_drop_root_in_workers", lambda user: "")
+    monkeypatch.setattr(gradescope, "_worker_account", lambda user: (None, ""))
     monkeypatch.setattr(reaping, "stop_descendants", lambda *args, **kwargs: 0)
     return checks_pass
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import NO_SUCH_CHAPTER
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.gradescope import SCRIPTS, TEMPLATES, write_bundle
 from grader.notebooks import notebook_text
@@ -352,7 +353,7 @@ def test_the_command_writes_the_bundle(tmp_path, bundle):
     (["autograder.tar"], "must be a .zip file"),
     (["missing/autograder.zip"], "no such directory: missing"),
     (["."], "must be a .zip file"),
-    (["autograder.zip", "--chapter", "ch9"], "unknown chapter 'ch9'"),
+    (["autograder.zip", "--chapter", NO_SUCH_CHAPTER], f"unknown chapter '{NO_SUCH_CHAPTER}'"),
     (["autograder.zip", "--visibility", "sometimes"], "Invalid value for '--visibility'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
