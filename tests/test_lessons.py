@@ -18,6 +18,7 @@ import torch
 
 from grader.known_bugs import KNOWN_BUGS
 from grader.catalog import CHAPTERS, COURSE_ROOT
+from grader.lesson_checks import BEGIN, END, RECIPE
 
 TAG = re.compile(r"<!--\s*known bugs:(.*?)-->", flags=re.DOTALL)
 
@@ -64,6 +65,59 @@ def test_the_comments_are_hidden_from_a_reader():
     for chapter in CHAPTERS:
         text = _pitfalls(chapter)
         assert text.count("<!--") == text.count("-->"), chapter.folder
+
+
+# -- what the checks try, in the grading section ---------------------------------------------
+
+
+def _grading_section(lesson: str) -> str | None:
+    """The lesson's "## N. The exercises and how they are graded", up to the next section."""
+    found = re.search(r"^## \d+\. The exercises and how they are graded\n(.*?)(?=^## |\Z)", lesson,
+                      flags=re.MULTILINE | re.DOTALL)
+    return found.group(1) if found else None
+
+
+def _list_of_checks_problem(chapter, lesson: str) -> str | None:
+    """What is wrong with the lesson's markers of the list of checks, in a
+    line that names the chapter; None when nothing is."""
+    where = f"{chapter.id}: chapters/{chapter.folder}/README.md"
+    section = _grading_section(lesson)
+    if section is None:
+        return f"{where} has no section \"The exercises and how they are graded\"; {RECIPE}"
+    lines = [line.strip() for line in section.splitlines()]
+    if not (lines.count(BEGIN) == 1 and lines.count(END) == 1 and lines.index(BEGIN) < lines.index(END)):
+        return f"{where}: its grading section needs the line {BEGIN} and, below it, the line {END}; {RECIPE}"
+    if lesson.count(BEGIN) != 1 or lesson.count(END) != 1:
+        return f"{where}: a marker of the list of checks outside its grading section; {RECIPE}"
+    listed = [line for line in lines[lines.index(BEGIN):lines.index(END)] if line.startswith("<summary>")]
+    if listed != [f"<summary><code>{exercise.name}</code></summary>" for exercise in chapter.exercises]:
+        return f"{where}: its list of checks is not the build's: run `mha-course build`"
+    return None
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_the_grading_section_holds_the_list_of_checks_between_its_markers(chapter):
+    """``mha-course build`` writes what each exercise's checks try between
+    two marker lines; a lesson without them has no list, and the build
+    refuses it."""
+    problem = _list_of_checks_problem(chapter, _lesson(chapter.folder))
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("change", ["no-end", "no-markers", "no-section", "outside"])
+def test_a_lesson_without_its_markers_fails_naming_its_chapter_and_the_recipe(change):
+    chapter = CHAPTERS[-1]
+    lesson = _lesson(chapter.folder)
+    assert _list_of_checks_problem(chapter, lesson) is None
+    changed = {
+        "no-end": lesson.replace(END, ""),
+        "no-markers": lesson.replace(BEGIN, "").replace(END, ""),
+        "no-section": lesson.replace("The exercises and how they are graded", "Exercises"),
+        "outside": lesson.replace("\n## 1. ", f"\n{BEGIN}\n\n## 1. ", 1),
+    }[change]
+    problem = _list_of_checks_problem(chapter, changed)
+    assert problem.startswith(f"{chapter.id}: chapters/{chapter.folder}/README.md")
+    assert problem.endswith("see grader/README.md, Adding a chapter")
 
 
 # -- claims a reader can check with torch ---------------------------------------------------
