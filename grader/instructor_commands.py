@@ -235,7 +235,7 @@ def build(
         "--force", help="Overwrite exercise files that hold edits too, keeping a copy of each "
         "(NAME.DATE-TIME.bak).")] = False,
 ) -> None:
-    """Write exercises/ and the figures from solutions/ (for course authors).
+    """Write exercises/ and the figures from solutions/, and each lesson's list of checks (for course authors).
 
     An exercise file that differs from what the build last wrote there holds
     someone's work: it is named and left alone, unless --force."""
