@@ -19,8 +19,7 @@ from grader.catalog import is_student_edition
 
 # The student edition shows a student's commands only; the instructor's are
 # answered with one line (main), since they need solutions/ or tests/.
-EDITION = is_student_edition()
-INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build")
+INSTRUCTOR_COMMANDS = ("verify", "batch", "release", "gradescope", "build", "new-chapter")
 
 
 class _PlainHelp:
@@ -60,14 +59,14 @@ class Group(_PlainHelp, TyperGroup):
 
 
 app = typer.Typer(
-    help="Grade the exercises of the attention course." if EDITION else
+    help="Grade the exercises of the attention course." if is_student_edition() else
     "Grade the exercises of the attention course, and build them from the solutions.",
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=Group,
 )
 student_command = app.command(cls=Command)
-instructor_command = app.command(hidden=EDITION, cls=Command)  # hidden in the edition
+instructor_command = app.command(hidden=is_student_edition(), cls=Command)  # hidden in the edition
 stdout = Console()
 stderr = Console(stderr=True)
 

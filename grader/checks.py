@@ -37,17 +37,29 @@ portability = pytest.mark.portability
 class Oracles:
     """A chapter's independent answers: ``oracles.attention(q, k, v)`` is
     ``grader/chapters/chNN/oracles.py``'s ``attention(q, k, v)``, computed in the
-    instructor's tree and recorded in the student edition
-    (``recorded.oracle_answer``). Arguments are data (tensors, numbers,
-    strings, tuples), since a recorded answer is found by them."""
+    instructor's tree, computed and recorded while ``release`` records, and
+    recorded in the student edition: as the grade's mode answers (``recorded.Mode``),
+    which the grading plugin hands over when it collects the chapter's checks
+    (``answer_in``). Arguments are data (tensors, numbers, strings, tuples),
+    since a recorded answer is found by them."""
 
     def __init__(self, chapter_id: str):
         self._chapter = find_chapter(chapter_id)
+        self._mode: recorded.Mode | None = None
+
+    def answer_in(self, mode: recorded.Mode) -> None:
+        """Answer as ``mode`` does, for the checks of the session that collects them."""
+        self._mode = mode
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        return lambda *args, **kwargs: recorded.oracle_answer(self._chapter, name, args, kwargs)
+        return lambda *args, **kwargs: self._answer(name, args, kwargs)
+
+    def _answer(self, name: str, args: tuple, kwargs: dict):
+        if self._mode is None:
+            raise RuntimeError(f"oracles.{name} was asked outside a grade: no mode says how to answer")
+        return self._mode.oracle(self._chapter, name, args, kwargs)
 
 
 def case_ids(cases) -> list[str]:

@@ -26,7 +26,6 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.app import (
-    EDITION,
     INSTRUCTOR_COMMANDS,
     INTERRUPTED,
     USAGE_ERROR,
@@ -46,6 +45,7 @@ from grader.catalog import (
     UnknownChapter,
     chapter_for_file,
     find_chapter,
+    is_student_edition,
 )
 from grader.finding import chapter_choice
 
@@ -151,7 +151,7 @@ Where = Annotated[Device, typer.Option(help="Where the checks run.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
 # The student edition grades with the seeds it recorded (grader.recorded), never a fresh one.
 WHICH_SEEDS, DEFAULT_SEED = ((": one of the seeds this edition recorded, the only ones it grades with",
-                              "one of them, at random") if EDITION else ("", "a fresh one"))
+                              "one of them, at random") if is_student_edition() else ("", "a fresh one"))
 
 
 @student_command
@@ -160,7 +160,7 @@ def grade(
     directory: Folder = None,
     solutions: Annotated[bool, typer.Option(
         "--solutions", help="Grade the reference solutions (same as --dir solutions).",
-        hidden=EDITION)] = False,
+        hidden=is_student_edition())] = False,
     device: Where = Device.cpu,
     timeout: Timeout = 10.0,
     seed: Annotated[int | None, typer.Option(
@@ -295,7 +295,7 @@ def list_exercises() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; usage errors, typer's included, are one line."""
     args = sys.argv[1:] if argv is None else argv
-    if EDITION and args and args[0] in INSTRUCTOR_COMMANDS:
+    if args and args[0] in INSTRUCTOR_COMMANDS and is_student_edition():
         stderr.print(f"[bold red]error:[/] mha-course {args[0]} belongs to the instructor's tree; "
                      "this is the student edition (see mha-course --help)", highlight=False, soft_wrap=True)
         sys.exit(USAGE_ERROR)

@@ -179,28 +179,25 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
 # -- keeping student code in its place ------------------------------------------------
 
 
-def _drop_root_in_workers(user: str) -> str:
-    """Run every worker started from now on as ``user``, when this process is
-    root and that account can run Python; returns a line for the log ("" when
-    this process is not root).
+def _worker_account(user: str) -> tuple[tuple[int, int] | None, str]:
+    """The account the workers run as: ``user``'s ``(uid, gid)`` when this
+    process is root and that account can run Python, else None (this
+    process's own); and a line for the log ("" when this process is not root).
 
     A worker changes user before it runs any student statement; one that
-    cannot ends at once instead of going on as root (``sandbox.run_workers_as``).
+    cannot ends at once instead of going on as root (``sandbox.fork_server``).
     """
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return ""
+        return None, ""
     try:
         account = pwd.getpwnam(user)
     except KeyError:
-        return f"warning: student code runs as root: no account {user!r} (setup.sh creates it)"
+        return None, f"warning: student code runs as root: no account {user!r} (setup.sh creates it)"
     uid, gid = account.pw_uid, account.pw_gid
     if not _can_run_python(uid, gid):
-        return (f"warning: student code runs as root: {user} cannot read Python's or "
+        return None, (f"warning: student code runs as root: {user} cannot read Python's or "
                       "torch's files, which workers may import from")
-    from grader.sandbox import run_workers_as
-
-    run_workers_as(uid, gid)
-    return f"student code runs as {user}"
+    return (uid, gid), f"student code runs as {user}"
 
 
 def _can_run_python(uid: int, gid: int) -> bool:
@@ -368,12 +365,12 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
                         targets.append((chapter, copy))
                 # Workers read a copy of these (the sandbox stages them) and write a
                 # scratch folder of their own: this folder stays root's.
-                line = _drop_root_in_workers(student_user)
+                account, line = _worker_account(student_user)
                 if line:
                     log(line)
                 log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
                 limits = Limits.per_check(timeout)
-                report = grade(targets, torch.device("cpu"), limits, seed, jobs=processes)
+                report = grade(targets, torch.device("cpu"), limits, seed, jobs=processes, account=account)
                 report.sources = found.sources()  # named as the student knows them, not as copied
         finally:
             stopped = reaping.stop_descendants()

@@ -111,6 +111,8 @@ def grade(
     seed: int | None = None,
     only: set[str] | None = None,
     jobs: int = 1,
+    mode: recorded.Mode | None = None,
+    account: tuple[int, int] | None = None,
 ) -> GradeReport:
     """Grade one file per chapter.
 
@@ -124,9 +126,14 @@ def grade(
         jobs: processes that check chapters side by side (``grader.side_by_side``):
             ``side_by_side.default_processes()`` for a student's grade; 1 where the
             caller already grades several submissions side by side.
+        mode: how the reference, the known bugs and the oracles answer
+            (``recorded.Mode``); None: as this tree does (``recorded.tree_mode``).
+        account: the ``(uid, gid)`` the workers run as (``sandbox.fork_server``);
+            None: the account of this process.
     """
     started = time.perf_counter()
-    run = _Run(_limits_on(device, limits), device, _seed(seed), only)
+    mode = mode if mode is not None else recorded.tree_mode()
+    run = _Run(_limits_on(device, limits), device, _seed(seed, mode), only, mode, account)
     with _tuned_for_grading():
         parsed = _parse(targets)
         found = _check_chapters([chapter for chapter, _ in targets], parsed, run, jobs)
@@ -167,19 +174,20 @@ class _Run:
     device: torch.device
     seed: int
     only: set[str] | None
+    mode: recorded.Mode
+    account: tuple[int, int] | None
 
 
 # -- the steps of a grade, in order -------------------------------------------------
 
 
-def _seed(seed: int | None) -> int:
+def _seed(seed: int | None, mode: recorded.Mode) -> int:
     """The seed of the run's inputs: the one asked for, else a fresh one.
     The student edition grades with recorded seeds only."""
-    if recorded.MODE is not None:
-        try:
-            seed = recorded.MODE.seed(seed)
-        except ValueError as error:
-            raise UnrecordedSeed(str(error)) from None
+    try:
+        seed = mode.seed(seed)
+    except ValueError as error:
+        raise UnrecordedSeed(str(error)) from None
     return secrets.randbelow(2**31) if seed is None else seed
 
 
@@ -210,7 +218,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     def server() -> contextlib.closing[_Forks]:
         # One per process, asked for when it takes its first chapter: every
         # worker is forked from it, none from a process that runs checks.
-        return contextlib.closing(_Forks(fork_server(runnable)))
+        return contextlib.closing(_Forks(fork_server(runnable, run.account)))
 
     def check(chapter: Chapter, forks: _Forks):
         return _check_chapter(chapter, parsed[chapter.id], run, forks)
@@ -218,7 +226,7 @@ def _check_chapters(chapters: list[Chapter], parsed: dict[str, Submission | Subm
     # Heaviest first, so that no process is left with a long chapter at the
     # end. Recording a student edition keeps what it records in this process.
     chapters = sorted(chapters, key=_grading_cost, reverse=True)
-    recording = isinstance(recorded.MODE, recorded.Recorder)
+    recording = isinstance(run.mode, recorded.Recorder)
     # Whatever the grade starts is stopped before its report exists: the
     # processes that were here before it are not its own.
     reaping.adopt_orphans()
@@ -340,7 +348,7 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     """Run one chapter's checks, with workers from ``forks``: what they found."""
     preloaded = _preloaded_copy(chapter, parsed, run, forks)
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, forks.server, preloaded)
-    plugin = GradingPlugin(remote, run.seed, run.only)
+    plugin = GradingPlugin(remote, run.seed, run.mode, run.only)
     try:
         _run_checks(chapter, plugin)
     finally:

@@ -18,6 +18,7 @@ import pytest
 
 from grader import recorded
 from grader.catalog import Chapter
+from grader.checks import Oracles
 from grader.compare import CheckFailure, Noted
 from grader.inputs import Inputs
 from grader.known_bugs import KNOWN_BUGS, KnownBugs
@@ -62,13 +63,17 @@ class GradingPlugin:
     Args:
         submission: the chapter's submission, as the checks call it.
         seed: the run's seed for random inputs.
+        mode: how the reference, the known bugs and the oracles answer
+            (``recorded.Mode``): live, recorded, or replayed.
         only: names of the exercises whose checks run; None runs them all.
     """
 
-    def __init__(self, submission: RemoteSubmission, seed: int, only: set[str] | None = None):
+    def __init__(self, submission: RemoteSubmission, seed: int, mode: recorded.Mode,
+                 only: set[str] | None = None):
         self.chapter = submission.chapter
         self.remote = submission
         self.seed = seed
+        self.mode = mode
         self.only = only
         self.results: list[CheckResult] = []
         self._reference: object | None = None
@@ -83,16 +88,11 @@ class GradingPlugin:
 
     @pytest.fixture
     def reference(self, request: pytest.FixtureRequest):
-        if recorded.MODE is not None:  # the student edition, or release recording it
-            return recorded.MODE.reference(self.chapter, request.node.nodeid, self.reference_module)
-        return self.reference_module(self.chapter)
+        return self.mode.reference(self.chapter, request.node.nodeid, self.reference_module)
 
     @pytest.fixture
     def bugs(self, request: pytest.FixtureRequest) -> KnownBugs:
-        if recorded.MODE is not None:
-            return recorded.MODE.bugs(self.chapter, request.node.nodeid, self.reference_module,
-                                      self._hints_seen)
-        return KnownBugs(self.chapter, self._hints_seen)
+        return self.mode.bugs(self.chapter, request.node.nodeid, self.reference_module, self._hints_seen)
 
     @pytest.fixture
     def inputs(self, request: pytest.FixtureRequest) -> Inputs:
@@ -120,7 +120,12 @@ class GradingPlugin:
         chapter's shared checks sit at its end). Exercises that preload
         (``Exercise.preload``) go last, and the portability checks after
         them, giving the imports the most time to be made beside the other
-        checks. Drop those not asked for."""
+        checks. Drop those not asked for. The chapter's ``Oracles`` answer
+        in this grade's mode."""
+        for module in {item.module for item in items if getattr(item, "module", None) is not None}:
+            for value in vars(module).values():
+                if isinstance(value, Oracles):
+                    value.answer_in(self.mode)
         if self.only is not None:
             dropped = [item for item in items if _exercise_of(item) not in self.only]
             items[:] = [item for item in items if _exercise_of(item) in self.only]

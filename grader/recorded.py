@@ -16,10 +16,12 @@ each large floating-point output is kept as a ``Fingerprint`` that can tell
 whether a student's answer matches it, and small or exact outputs (masks,
 counts) are kept whole, since some checks compute with them.
 
-Three modes, chosen once: ``MODE`` is None in the instructor's tree (the
-fixtures use the real solutions and nothing here runs), a ``Replayer`` in an
-edition (no ``solutions/``, recordings present), and a ``Recorder`` only while
-``release`` records.
+Three modes, one a grade, handed to ``grading.grade`` by whoever grades
+(``tree_mode`` when it names none): ``Live`` in the instructor's tree (the
+fixtures use the real solutions and nothing is recorded), a ``Replayer`` in
+an edition (no ``solutions/``, recordings present), and a ``Recorder`` only
+while ``release`` records. No module holds the mode: two grades in one
+process may grade two ways.
 
 Files: ``grader/recorded/index.json`` (format, seeds) and one
 ``grader/recorded/chNN.rec`` a chapter: a zlib-compressed ``grader.wire``
@@ -29,7 +31,6 @@ tensors; no pickle runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import zlib
@@ -90,6 +91,29 @@ class Recording:
     @classmethod
     def load(cls, path: Path) -> Recording:
         return cls.from_bytes(path.read_bytes(), path.name)
+
+
+# -- the instructor's tree ---------------------------------------------------------------
+
+
+class Live:
+    """The fixtures' mode in the instructor's tree: the real reference,
+    known bugs and oracles, nothing recorded."""
+
+    def reference(self, chapter: Chapter, check: str, load: Callable[[Chapter], object]):
+        return load(chapter)
+
+    def bugs(self, chapter: Chapter, check: str, load: Callable[[Chapter], object], seen=()):
+        from grader.known_bugs import KnownBugs
+
+        return KnownBugs(chapter, seen)
+
+    def seed(self, seed: int | None) -> int | None:
+        return seed
+
+    def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
+        """An oracle's answer, computed."""
+        return live_oracle(chapter, name)(*args, **kwargs)
 
 
 # -- recording (mha-course release) ------------------------------------------------------
@@ -226,6 +250,10 @@ class Replayer:
         self.seeds: list[int] = [int(seed) for seed in index["seeds"]]
         self._recordings: dict[str, Recording] = {}
 
+    def __reduce__(self):
+        # Sent to a pool's process as its folder: the recordings it loaded stay here.
+        return Replayer, (self.folder,)
+
     def recording(self, chapter: Chapter) -> Recording:
         if chapter.id not in self._recordings:
             path = self.folder / f"{chapter.id}.rec"
@@ -348,29 +376,13 @@ def live_oracle(chapter: Chapter, name: str) -> Callable:
     return getattr(importlib.import_module(f"{chapter.package}.oracles"), name)
 
 
-def oracle_answer(chapter: Chapter, name: str, args: tuple, kwargs: dict):
-    """What the oracle ``name`` answers to a call: computed in the
-    instructor's tree, computed and recorded while ``release`` records,
-    recorded in the student edition."""
-    if MODE is None:
-        return live_oracle(chapter, name)(*args, **kwargs)
-    return MODE.oracle(chapter, name, args, kwargs)
-
-
 # -- the mode ---------------------------------------------------------------------------
 
 
-MODE: Recorder | Replayer | None = Replayer() if is_student_edition() else None
+Mode = Live | Recorder | Replayer
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[Recorder]:
-    """Grades inside this block record what the checks ask of the reference."""
-    global MODE
-    previous, MODE = MODE, Recorder()
-    try:
-        yield MODE
-    finally:
-        MODE = previous
-
-
+def tree_mode() -> Mode:
+    """The mode this tree grades in when the caller names none: replayed
+    in a student edition, live in the instructor's tree."""
+    return Replayer() if is_student_edition() else Live()

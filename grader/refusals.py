@@ -74,6 +74,7 @@ def install(forbidden: Iterable[str]) -> None:
     if not forbidden:
         return
     libraries: dict[str, torch._C._DispatchModule] = {}
+    watch = _ImportWatch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel", once an operator
         refused_operators = set()
@@ -85,7 +86,7 @@ def install(forbidden: Iterable[str]) -> None:
                 if operator not in refused_operators:  # one family names it, and that is enough
                     refused_operators.add(operator)
                     _refuse_operator(libraries, operator, f"{dotted} (its kernel {operator})")
-            _refuse_python_function(dotted)
+            _refuse_python_function(dotted, watch)
     _keep_out_of_reach(libraries.values())
 
 
@@ -168,14 +169,14 @@ def _keep_out_of_reach(libraries: Iterable[object]) -> None:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(library))
 
 
-def _refuse_python_function(dotted: str) -> None:
+def _refuse_python_function(dotted: str, watch: _ImportWatch) -> None:
     """A forbidden function written in Python refuses wherever it is
     referenced; so does a forbidden class's ``forward``. A function of a
-    library not yet imported is replaced when its module is."""
+    library not yet imported is replaced when its module is (``watch``)."""
     target = _resolve(dotted)
     owner = dotted.rpartition(".")[0]
     if target is None and owner not in sys.modules:
-        _ImportWatch.wait_for(owner, dotted)
+        watch.wait_for(owner, dotted)
         return
     if isinstance(target, type):
         target = getattr(target, "forward", None)
@@ -210,13 +211,13 @@ class _ImportWatch(importlib.abc.MetaPathFinder):
     import path, it finds the module as the other finders do and runs the
     replacement after the module's own code."""
 
-    _waiting: dict[str, list[str]] = {}  # module name -> the dotted names it defines
+    def __init__(self):
+        self._waiting: dict[str, list[str]] = {}  # module name -> the dotted names it defines
 
-    @classmethod
-    def wait_for(cls, module: str, dotted: str) -> None:
-        if not cls._waiting:
-            sys.meta_path.insert(0, cls())
-        cls._waiting.setdefault(module, []).append(dotted)
+    def wait_for(self, module: str, dotted: str) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+        self._waiting.setdefault(module, []).append(dotted)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self._waiting:
@@ -233,7 +234,7 @@ class _ImportWatch(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run_module(module)
             for dotted in self._waiting.pop(name, ()):
-                _refuse_python_function(dotted)
+                _refuse_python_function(dotted, self)
 
         spec.loader.exec_module = exec_module  # this loader is this module's alone
         return spec

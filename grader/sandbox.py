@@ -48,7 +48,7 @@ from grader.loading import Submission
 from grader.outcomes import Failure
 
 __all__ = ["CPU_CLOCK", "Deadline", "Limits", "LoadResult", "Worker", "WorkerDied", "clean_parent", "fork_server",
-           "preload", "probe", "run_workers_as", "timeout_reason"]
+           "preload", "probe", "timeout_reason"]
 
 # Whether this system tells another process's CPU time: Linux's /proc does,
 # macOS has no /proc and its limits stay wall time (``Worker.cpu_seconds``).
@@ -90,16 +90,6 @@ class Deadline:
     wall: float
 
 
-_WORKER_ACCOUNT: tuple[int, int] | None = None  # (uid, gid) workers run as; None: as the grader
-
-
-def run_workers_as(uid: int, gid: int) -> None:
-    """Run every worker started from now on as this account: the grader
-    runs as root (Gradescope), student code must not. Call it before grading."""
-    global _WORKER_ACCOUNT
-    _WORKER_ACCOUNT = (uid, gid)
-
-
 @functools.cache
 def layers() -> frozenset[str]:
     """The isolation layers this machine has (``isolation.available``), asked once."""
@@ -139,10 +129,12 @@ def clean_parent(processes: int = 1) -> contextlib.AbstractContextManager[None]:
     return forkserver.clean_parent(META_RUN_PRELOAD if processes > 1 else ())
 
 
-def fork_server(submissions: dict[str, Submission]) -> ForkServer:
+def fork_server(submissions: dict[str, Submission], account: tuple[int, int] | None = None) -> ForkServer:
     """Start the process that forks the workers of these submissions, by key,
     with the folders they may read and write: forked from the clean parent
     where this process has one (``clean_parent``), else from this process.
+    ``account``: the ``(uid, gid)`` its workers run as, where the grader
+    runs as root (Gradescope) and student code must not; None: the grader's.
 
     Raises ForkServerError when the clean parent does not answer."""
     # Measured once rather than in every worker (a millisecond each): the
@@ -156,9 +148,9 @@ def fork_server(submissions: dict[str, Submission]) -> ForkServer:
     stage.mkdir(mode=0o755)
     scratch.mkdir(mode=0o711)
     _stage(submissions, stage)
-    uid = _WORKER_ACCOUNT[0] if _WORKER_ACCOUNT else os.getuid()
+    uid = account[0] if account else os.getuid()
     policy = Policy(str(scratch), _python_folders(), (str(stage),),
-                    isolation.processes_of(uid) if uid != 0 else 0, _WORKER_ACCOUNT, layers())
+                    isolation.processes_of(uid) if uid != 0 else 0, account, layers())
     policy = dataclasses.replace(policy, rules=isolation.fixed_rules(policy))
     run = functools.partial(worker.main, inherited, policy)
     try:

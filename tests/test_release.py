@@ -230,7 +230,7 @@ def test_edition_answers_an_instructors_command_in_one_line(edition, command, tm
 
 def test_instructor_tree_does_not_replay():
     assert not is_student_edition()
-    assert recorded.MODE is None
+    assert isinstance(recorded.tree_mode(), recorded.Live)
     assert not (COURSE_ROOT / "grader" / "recorded").exists()
 
 
@@ -339,9 +339,8 @@ def test_the_edition_catches_every_known_bug_as_the_tree_does(edition, verificat
     verify in this tree: no check depends on an answer that was not recorded."""
     from grader.verify import verify
 
-    monkeypatch.setattr(recorded, "MODE", recorded.Replayer(edition / "grader" / "recorded"))
     monkeypatch.setattr(recorded, "live_oracle", None)  # replay must never compute
-    replayed = verify(seed=VERIFY_SEED, jobs=2)
+    replayed = verify(seed=VERIFY_SEED, jobs=2, mode=recorded.Replayer(edition / "grader" / "recorded"))
     added = {bug.name for bug in ADDED_BUGS}  # the suite's verify run has them, the edition's catalog not
     for mine, theirs in zip(verification.exercises, replayed.exercises, strict=True):
         assert (mine.checks, mine.reference_failures, mine.stub_passes) == (
