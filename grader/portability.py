@@ -2,7 +2,8 @@
 
 The verdict is PyTorch's: a portability check runs the call with its
 inputs on ``meta`` (or on the GPU being graded), where a tensor made on the
-CPU that meets them raises, as on a GPU, and ``judge`` reads what came back.
+CPU that meets them raises, as on a GPU, and ``judge_portability_run`` reads
+what came back.
 ``DeviceTracker`` runs in the worker beside it: a torch-function mode that
 follows which tensors are made on a fixed device (``torch.ones(T, T)``
 without ``device=``) and records the first place where such a tensor meets
@@ -186,7 +187,7 @@ def device_for(graded: str) -> str:
     return "meta" if torch.device(graded).type == "cpu" else graded
 
 
-def judge(text: str, answer: dict, device: str, locate=plain_line) -> None:
+def judge_portability_run(text: str, answer: dict, device: str, locate=plain_line) -> None:
     """The verdict on a call made with its inputs on ``device``
     (``device_for``), from what came back: a call that raised a device
     mismatch, or returned a tensor elsewhere, fails (``Failure.DEVICE``).

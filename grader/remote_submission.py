@@ -26,7 +26,7 @@ from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
 from grader.outcomes import Failure
-from grader.portability import device_for, judge, plain_line
+from grader.portability import device_for, judge_portability_run, plain_line
 from grader.refusals import REFUSED
 from grader.sandbox import Deadline, Limits, LoadResult, Worker, WorkerDied, fork_server, probe, timeout_reason
 from grader.wire import MAX_PRINTED, WireError, decode, devices, encode
@@ -227,7 +227,7 @@ class RemoteSubmission:
 
         With ``portability``, the call runs with its inputs on
         ``portability.device_for(device)`` (``meta`` on the CPU) and is judged
-        by what comes back (``portability.judge``): a ``CheckFailure`` of kind
+        by what comes back (``portability.judge_portability_run``): a ``CheckFailure`` of kind
         ``Failure.DEVICE`` says where code would fail, or answer on the CPU,
         on a GPU; on any machine. It returns nothing.
 
@@ -241,26 +241,10 @@ class RemoteSubmission:
         statement, as the kernel counts it (``isolation.BUDGET_COUNTED``): a
         call that needs more fails with ``Failure.MEMORY``.
         """
-        self.load(self._exercise or function)
+        exercise, state = self._begin_call(function, module)
         text = self.call_text(function, args, kwargs, module)
-        self._refuse_unrunnable(function, module is not None)
-        if module is not None and module.passed_to:
-            self._refuse_unrunnable(module.passed_to)
-        exercise = self._exercise or function
-        state = self._exercises.setdefault(exercise, _ExerciseState())
-        if state.failure is not None:
-            raise state.failure
-        self._refuse_over_time(exercise, state)
-        own = budget or portability  # a worker apart from the exercise's: its death is this check's alone
-        try:
-            worker = (self._budget_worker(exercise, budget) if budget else
-                      self._meta_worker() if portability else self._worker_for(exercise))
-        except WorkerDied as death:
-            if own:
-                raise _death_failure(text, death) from None
-            state.failure = _death_failure(text, death)
-            raise state.failure from None
-        timing = self._time_for(worker, state)
+        apart = bool(budget or portability)  # a worker apart from the exercise's: its death is this check's alone
+        worker = self._worker_of_call(exercise, state, text, budget, portability)
         device = device_for(self.device) if portability else self.device
         request = {
             "function": function,
@@ -274,31 +258,72 @@ class RemoteSubmission:
             "watch": self._uses(exercise),
         }
         try:
-            answer = worker.request(request, timing.deadline)
-        except WorkerDied as death:
-            # A loop's stack says which functions it was in: "it uses softmax,
-            # which fails too" for a caller, as an answer's "reached" says.
-            self.reached.update(self._defined_at(death.lines))
-            if own:  # a worker apart: the exercise's goes on
-                if portability:
-                    self._meta = None
-                raise _death_failure(text, death, timing.reason(death, worker, self.submission)) from None
-            self._stop_worker()
-            state.failure = _death_failure(text, death, timing.reason(death, worker, self.submission))
-            raise state.failure from None
+            answer = self._ask(worker, request, state, text, apart)
         finally:
-            self._spend(timing, worker, state)
-            if budget:
+            if budget:  # its worker served this call alone
                 worker.kill()
         self._printed(exercise).add(answer.get("printed"))
         if isinstance(answer.get("reached"), list):
             self.reached.update(name for name in answer["reached"] if isinstance(name, str))
         if portability and not self._failed_as_anywhere(answer):
-            return judge(text, answer, device, self.submission.where)
+            return judge_portability_run(text, answer, device, self.submission.where)
         value = self._read_answer(answer, function, text, args, kwargs, grad, module, budget)
         if measure:
             return value, footprint.parse(text, answer.get("footprint"))
         return value
+
+    def _begin_call(self, function: str, module: ModuleCall | None) -> tuple[str, _ExerciseState]:
+        """The exercise a call counts against, and its state; a call that
+        cannot run (the file did not load, the function is missing, the
+        exercise's worker died or its time is used up) fails here."""
+        self.load(self._exercise or function)
+        self._refuse_unrunnable(function, module is not None)
+        if module is not None and module.passed_to:
+            self._refuse_unrunnable(module.passed_to)
+        exercise = self._exercise or function
+        state = self._exercises.setdefault(exercise, _ExerciseState())
+        if state.failure is not None:
+            raise state.failure
+        self._refuse_over_time(exercise, state)
+        return exercise, state
+
+    def _worker_of_call(self, exercise: str, state: _ExerciseState, text: str, budget: int,
+                        portability: bool) -> Worker:
+        """The worker a call runs in: one of its own under a memory budget,
+        the portability calls' one, or the exercise's. One that could not
+        start fails the call; the exercise's fails the exercise's later calls too."""
+        try:
+            if budget:
+                return self._budget_worker(exercise, budget)
+            return self._meta_worker() if portability else self._worker_for(exercise)
+        except WorkerDied as death:
+            if budget or portability:
+                raise _death_failure(text, death) from None
+            state.failure = _death_failure(text, death)
+            raise state.failure from None
+
+    def _ask(self, worker: Worker, request: dict, state: _ExerciseState, text: str, apart: bool) -> dict:
+        """Send ``request`` and wait, within what is left of the check's and
+        the exercise's time, for the worker's answer; its time is counted
+        whatever happens. A worker that dies fails the call; the exercise's
+        own (not ``apart``) is gone, and fails the exercise's later calls too."""
+        timing = self._time_for(worker, state)
+        try:
+            return worker.request(request, timing.deadline)
+        except WorkerDied as death:
+            # A loop's stack says which functions it was in: "it uses softmax,
+            # which fails too" for a caller, as an answer's "reached" says.
+            self.reached.update(self._defined_at(death.lines))
+            failure = _death_failure(text, death, timing.reason(death, worker, self.submission))
+            if apart:  # a worker apart: the exercise's goes on
+                if worker is self._meta:
+                    self._meta = None
+                raise failure from None
+            self._stop_worker()
+            state.failure = failure
+            raise failure from None
+        finally:
+            self._spend(timing, worker, state)
 
     def call_text(self, function: str, args: tuple, kwargs: dict,
                   module: ModuleCall | None = None) -> str:
