@@ -1,8 +1,10 @@
 """What the course contains: chapters, their exercises, points and rules.
 
-This is the only list of exercises. The command line, the build, the checks
-and the reports all read it; a new chapter is one entry here, one solution
-file, one checks file and one lesson folder.
+This is the only list of chapters and exercises. The command line, the
+build, the checks, the reports and every per-chapter test read it. A new
+chapter starts with its entry in ``CHAPTERS``; grader/README.md's "Adding a
+chapter" is the recipe for the rest, and ``mha-course new-chapter`` writes
+a first draft of it.
 """
 
 from __future__ import annotations

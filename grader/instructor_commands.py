@@ -282,3 +282,39 @@ def build(
             stderr.print(f"kept a copy of your edits to {shown(path)} as {copy.name}", style="yellow",
                          highlight=False)
     stdout.print(f"{len(files)} generated files, {len(changed)} changed.")
+
+
+@instructor_command  # typer names it new-chapter
+def new_chapter(
+    number: Annotated[str, typer.Argument(metavar="NN", help="The chapter's number: 9 or 09.", show_default=False)],
+    slug: Annotated[str, typer.Argument(
+        metavar="SLUG", help="Lowercase words joined by underscores, naming its files: sliding_window.",
+        show_default=False)],
+    title: Annotated[str, typer.Argument(
+        metavar="TITLE", help="The lesson's title: \"Sliding-window attention\".", show_default=False)],
+    exercises: Annotated[list[str] | None, typer.Option(
+        "--exercise", metavar="NAME", help="An exercise's name, once for each, in order.  "
+        "\\[default: one named example]", show_default=False)] = None,
+) -> None:
+    """Write the skeleton of a new chapter (for course authors).
+
+    A first draft, with TODOs, of every file of grader/README.md's recipe
+    ("Adding a chapter") that can be written now, the catalog's entry and
+    README.md's row; never over a file that exists. Then mha-course verify
+    and the test suite say what is left."""
+    from grader.scaffold import EXAMPLE, ScaffoldError, next_steps, plan, write
+
+    if not number.isdigit():
+        usage_error(f"chapter number {number!r} is not a number such as 9 or 09")
+    try:
+        skeleton = plan(COURSE_ROOT, int(number), slug, title, tuple(exercises or (EXAMPLE,)))
+        written = write(skeleton)
+    except ScaffoldError as error:
+        usage_error(str(error))
+    except OSError as error:
+        usage_error(f"cannot write {error.filename}: {error.strerror}")
+    for path in written:
+        stdout.print(f"wrote {path.relative_to(COURSE_ROOT)}", highlight=False)
+    stdout.print("Left to do, in the order of grader/README.md's \"Adding a chapter\":", highlight=False)
+    for step in next_steps(skeleton.chapter):
+        stdout.print(f"- {step}", highlight=False)
