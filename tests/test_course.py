@@ -134,3 +134,26 @@ def test_the_readme_counts_no_tests_and_counts_the_corpus_right():
     corpus = len(list((COURSE_ROOT / "tests" / "correct_styles").glob("ch*.py")))
     counted = re.findall(r"`tests/correct_styles/` holds (\d+) whole chapters", text)
     assert counted and all(int(count) == corpus for count in counted), (counted, corpus)
+
+
+# -- the README's table of chapters ---------------------------------------------------------
+
+# A row of it: | [01](chapters/01_self_attention/README.md) | topic | exercises |
+CHAPTER_ROW = re.compile(r"\| \[(\d+)\]\(([^)\s]+)\) \| [^|]*\S[^|]* \| [^|]*\S[^|]* \|")
+
+
+def test_the_readme_has_a_row_a_chapter_in_the_catalog_s_order():
+    """README.md's "## Chapters" table: one row a chapter of the catalog, in
+    its order, the number linking to the lesson, then a topic and the exercises."""
+    text = README.read_text(encoding="utf-8")
+    assert "\n## Chapters\n" in text, "README.md has no ## Chapters section"
+    start = text.index("\n## Chapters\n") + 1
+    end = text.find("\n## ", start)
+    lines = [line for line in text[start:end if end >= 0 else None].splitlines() if line.startswith("| [")]
+    malformed = [line for line in lines if not CHAPTER_ROW.fullmatch(line)]
+    assert not malformed, f"README.md's ## Chapters table: rows not of the form {CHAPTER_ROW.pattern}: {malformed}"
+    rows = [CHAPTER_ROW.fullmatch(line).groups() for line in lines]
+    wanted = [(f"{chapter.number:02d}", f"chapters/{chapter.folder}/README.md") for chapter in CHAPTERS]
+    missing = [f"| [{number}]({link}) | topic | exercises |" for number, link in wanted if (number, link) not in rows]
+    assert not missing, f"README.md's ## Chapters table has no row for a chapter of the catalog; add {missing}"
+    assert rows == wanted, f"README.md's ## Chapters table: {rows}, where the catalog has {wanted}"

@@ -41,9 +41,11 @@ def release_bugs(chapter: Chapter) -> list:
     with a hint in both trees; in chapter 7 two made together, whose hint is the
     pair's."""
     exercise, *names = chapter_tests(chapter, "RELEASE_BUG").RELEASE_BUG
+    where = chapter.bugs().relative_to(COURSE_ROOT)
+    assert chapter.bugs().is_file(), f"RELEASE_BUG in tests/test_{chapter.module}.py names bugs of {where}, not written"
     bugs = [bug for name in names for bug in KNOWN_BUGS[chapter.id] if (bug.exercise, bug.name) == (exercise, name)]
     assert len(bugs) == len(names), (f"RELEASE_BUG in tests/test_{chapter.module}.py names {exercise}'s {names}, "
-                                     f"not all in {chapter.bugs().relative_to(COURSE_ROOT)}")
+                                     f"not all in {where}")
     return bugs
 
 
