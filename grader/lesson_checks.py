@@ -23,7 +23,9 @@ from grader.catalog import COURSE_ROOT, Chapter
 
 BEGIN = "<!-- checks: begin -->"
 END = "<!-- checks: end -->"
-NOTICE = ("<!-- mha-course build writes this list from the checks' docstrings: "
+# Inside the list, for whoever edits the lesson's raw text; it names no
+# command: the student edition ships the lesson, and no instructor's command.
+NOTICE = ("<!-- The build writes this list from the checks' docstrings: "
           "change a check, then build; never edit the list. -->")
 RECIPE = "see grader/README.md, Adding a chapter"
 # The factory in grader/checks.py that makes a chapter's GPU-portability
