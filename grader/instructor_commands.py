@@ -317,4 +317,4 @@ def new_chapter(
         stdout.print(f"wrote {path.relative_to(COURSE_ROOT)}", highlight=False)
     stdout.print("Left to do, in the order of grader/README.md's \"Adding a chapter\":", highlight=False)
     for step in next_steps(skeleton.chapter):
-        stdout.print(f"- {step}", highlight=False)
+        stdout.print(f"- {step}", highlight=False, soft_wrap=True)
