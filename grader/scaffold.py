@@ -390,11 +390,12 @@ def _tests(chapter: Chapter) -> str:
     return f'''"""Chapter {chapter.number}'s own tests: TODO: what its checks say where the
 whole-course tests (test_course.py, test_known_bugs.py) do not look."""
 
+from conftest import Draw
 
 # -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
 
 
-def samples(draw) -> list:
+def samples(draw: Draw) -> list:
     """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
     reference and on each correct style (tests/test_correct_styles.py)."""
     return [
