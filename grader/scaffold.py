@@ -53,7 +53,7 @@ def plan(root: Path, number: int, slug: str, title: str, exercises: tuple[str, .
     _check_names(number, slug, title, exercises)
     chapter = Chapter(number=number, slug=slug, title=title.strip(),
                       exercises=tuple(Exercise(name, "TODO: a few words for tables", 1) for name in exercises))
-    created = {path: text for path, text in _files(chapter, root).items()}
+    created = _files(chapter, root)
     existing = sorted(str(path.relative_to(root)) for path in created if path.exists())
     if existing:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
