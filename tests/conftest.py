@@ -208,8 +208,9 @@ def _verify_in_a_copy(folder: Path):
     from grader.known_bugs import KNOWN_BUGS
     from grader.verify import verify
 
-    for name in ("solutions", "chapters", "exercises"):
-        shutil.copytree(COURSE_ROOT / name, folder / name)
+    # grader/ too: the build writes each lesson's list of checks from the checks' files.
+    for name in ("solutions", "chapters", "exercises", "grader"):
+        shutil.copytree(COURSE_ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
     work = folder / "exercises" / "ch01_self_attention.py"
     work.write_bytes((COURSE_ROOT / "solutions" / work.name).read_bytes())
     with pytest.MonkeyPatch.context() as patch:
