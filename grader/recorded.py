@@ -31,6 +31,7 @@ tensors; no pickle runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import zlib
@@ -251,14 +252,23 @@ class Replayer:
         self._recordings: dict[str, Recording] = {}
 
     def __reduce__(self):
-        # Sent to a pool's process as its folder: the recordings it loaded stay here.
+        # Sent to a pool's process as its folder; what it reads there comes
+        # from the process's copy of _read, forked after this one read it.
         return Replayer, (self.folder,)
 
     def recording(self, chapter: Chapter) -> Recording:
         if chapter.id not in self._recordings:
             path = self.folder / f"{chapter.id}.rec"
-            self._recordings[chapter.id] = Recording.load(path) if path.exists() else Recording()
+            self._recordings[chapter.id] = _read(path, path.stat().st_mtime_ns) if path.exists() else Recording()
         return self._recordings[chapter.id]
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path, modified: int) -> Recording:
+    """A recording file, read and decompressed once a process (a pool of
+    verify's known bugs asks for it once a bug): each Replayer holds the
+    same one. ``modified`` (the file's mtime) keys a file written again."""
+    return Recording.load(path)
 
     def reference(self, chapter: Chapter, check: str, load=None):
         return ReplayReference(chapter, check, self.recording(chapter))
