@@ -262,14 +262,6 @@ class Replayer:
             self._recordings[chapter.id] = _read(path, path.stat().st_mtime_ns) if path.exists() else Recording()
         return self._recordings[chapter.id]
 
-
-@functools.lru_cache(maxsize=None)
-def _read(path: Path, modified: int) -> Recording:
-    """A recording file, read and decompressed once a process (a pool of
-    verify's known bugs asks for it once a bug): each Replayer holds the
-    same one. ``modified`` (the file's mtime) keys a file written again."""
-    return Recording.load(path)
-
     def reference(self, chapter: Chapter, check: str, load=None):
         return ReplayReference(chapter, check, self.recording(chapter))
 
@@ -292,6 +284,14 @@ def _read(path: Path, modified: int) -> Recording:
             raise ValueError(f"--seed {seed} was not recorded in this edition of the course; "
                              f"use one of {', '.join(map(str, self.seeds))}, or no --seed")
         return seed
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path, modified: int) -> Recording:
+    """A recording file, read and decompressed once a process (a pool of
+    verify's known bugs asks for it once a bug): each Replayer holds the
+    same one. ``modified`` (the file's mtime) keys a file written again."""
+    return Recording.load(path)
 
 
 class ReplayReference:
