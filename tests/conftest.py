@@ -27,6 +27,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
+# The files that take longest, longest first (bench/test_suite.py prints each
+# file's seconds). Side by side, each process takes the next file when it is
+# done with one (--dist loadfile, in the order collected), so a long file
+# taken last leaves one process working alone at the end; taken first, the
+# short files fill in around it. The other files keep their order.
+LONGEST_FIRST = ("test_correct_styles.py", "test_release.py", "test_notebooks.py", "test_known_bugs.py",
+                 "test_secrets.py", "test_scaffold.py", "test_attacks.py", "test_batch.py", "test_course.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 # What a batch imports once before it forks (torch._dynamo, which training
 # imports): once in each test process, not once in every grade that trains.
 preload(CHAPTERS)
