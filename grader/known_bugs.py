@@ -366,8 +366,10 @@ def _cloned(values):
     return values.copy() if hasattr(values, "copy") else values
 
 
-class KnownBugs:
-    """The ``bugs`` fixture: ``bugs.softmax(x, dim=0)`` gives its Lookalikes,
+class LiveBugs:
+    """The ``bugs`` fixture in the instructor's tree (``recorded.Live``; an
+    edition's are ``RecordingBugs`` and ``ReplayBugs``), which runs the known
+    bugs: ``bugs.softmax(x, dim=0)`` gives its Lookalikes,
     and ``bugs.module("MultiHeadAttention", recipe, x)`` those of a class.
     ``seen``: the hints earlier checks of the run matched (``seen_first``)."""
 

@@ -21,7 +21,7 @@ from grader.catalog import Chapter
 from grader.checks import Oracles
 from grader.compare import CheckFailure, Noted
 from grader.inputs import Inputs
-from grader.known_bugs import KNOWN_BUGS, KnownBugs
+from grader.known_bugs import KNOWN_BUGS, LiveBugs
 from grader.outcomes import Failure
 from grader.remote_submission import RemoteSubmission
 
@@ -91,7 +91,7 @@ class GradingPlugin:
         return self.mode.reference(self.chapter, request.node.nodeid, self.reference_module)
 
     @pytest.fixture
-    def bugs(self, request: pytest.FixtureRequest) -> KnownBugs:
+    def bugs(self, request: pytest.FixtureRequest) -> LiveBugs:
         return self.mode.bugs(self.chapter, request.node.nodeid, self.reference_module, self._hints_seen)
 
     @pytest.fixture

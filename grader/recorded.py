@@ -105,9 +105,9 @@ class Live:
         return load(chapter)
 
     def bugs(self, chapter: Chapter, check: str, load: Callable[[Chapter], object], seen=()):
-        from grader.known_bugs import KnownBugs
+        from grader.known_bugs import LiveBugs
 
-        return KnownBugs(chapter, seen)
+        return LiveBugs(chapter, seen)
 
     def seed(self, seed: int | None) -> int | None:
         return seed
@@ -134,9 +134,9 @@ class Recorder:
         return RecordingReference(load(chapter), chapter, self.recording(chapter))
 
     def bugs(self, chapter: Chapter, check: str, load: Callable[[Chapter], object], seen=()):
-        from grader.known_bugs import KnownBugs
+        from grader.known_bugs import LiveBugs
 
-        return RecordingBugs(chapter, self.recording(chapter), load(chapter), KnownBugs(chapter, seen))
+        return RecordingBugs(chapter, self.recording(chapter), load(chapter), LiveBugs(chapter, seen))
 
     def seed(self, seed: int | None) -> int | None:
         return seed
