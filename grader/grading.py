@@ -413,20 +413,38 @@ def _run_checks(chapter: Chapter, plugin: GradingPlugin) -> None:
         "-q",
     ]
     output = io.StringIO()
-    previous = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # installed plugins stay out too
-    try:
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            code = pytest.main(arguments, plugins=[plugin])
-    finally:
-        if previous is None:
-            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-        else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    with _pytest_environment(), contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        code = pytest.main(arguments, plugins=[plugin])
     if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: pytest caught it, the caller should too
         raise KeyboardInterrupt
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise GraderError(f"the checks could not run (pytest exit {int(code)}):\n{output.getvalue()}")
+
+
+# What pytest reads from the environment, as the checks' session has it:
+# no installed plugin, and none of the caller's options or plugins (a
+# PYTEST_ADDOPTS set for the course's own test suite, say). None: unset.
+PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
+
+
+@contextlib.contextmanager
+def _pytest_environment() -> Iterator[None]:
+    """``PYTEST_ENVIRONMENT`` in ``os.environ`` while the checks run; the
+    caller's values again after."""
+    previous = {name: os.environ.get(name) for name in PYTEST_ENVIRONMENT}
+
+    def put(values: dict[str, str | None]) -> None:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    put(PYTEST_ENVIRONMENT)
+    try:
+        yield
+    finally:
+        put(previous)
 
 
 def _in_few_words(message: str, width: int = 90) -> str:

@@ -5,6 +5,7 @@ adds a trick, and must still score what the honest code would.
 """
 
 import json
+import os
 
 import pytest
 from rich.console import Console
@@ -274,6 +275,20 @@ def test_pytest_files_beside_the_submission_are_ignored(grade_source, tmp_path, 
     report = grade_source(STUB)
     assert report.score == 0
     assert set(statuses(report).values()) == {"not implemented"}
+
+
+@pytest.mark.parametrize("name, value", [
+    ("PYTEST_ADDOPTS", "--co"),  # collect only: every check "passes" by never running
+    ("PYTEST_ADDOPTS", "--junitxml=report.xml"),  # an option of the caller's own test run
+    ("PYTEST_PLUGINS", "a_plugin_nobody_installed"),
+    ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", ""),
+], ids=["collect-only", "junitxml", "plugins", "autoload"])
+def test_pytest_settings_in_the_environment_are_ignored_and_left_as_they_were(grade_source, monkeypatch,
+                                                                               name, value):
+    monkeypatch.setenv(name, value)
+    assert "max abs error" in assert_fails_alone(grade_source(WRONG_SELF_ATTENTION), "self_attention")
+    assert grade_source(SOLUTION).passed
+    assert os.environ[name] == value
 
 
 def test_json_mode_is_not_fooled_by_printing(tmp_path):
