@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter
-from grader.lesson_checks import lesson_path, lesson_text
+from grader.lesson_checks import lesson_text
 from grader.notebooks import notebook_text
 
 # What the build last wrote into exercises/, by file name: a sha256 of each
@@ -86,7 +86,7 @@ def generated_files(root: Path = COURSE_ROOT, figures: bool = True) -> dict[Path
     for chapter in CHAPTERS:
         solution = chapter.solution(root)
         stub = stub_source(solution.read_text(encoding="utf-8"), str(solution.relative_to(root)))
-        lesson = files[lesson_path(chapter, root)] = lesson_text(chapter, root)
+        lesson = files[chapter.lesson(root)] = lesson_text(chapter, root)
         files[chapter.stub(root)] = stub
         files[chapter.notebook(root)] = notebook_text(chapter, stub, root, lesson=lesson)
         if figures:

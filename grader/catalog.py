@@ -103,6 +103,10 @@ class Chapter:
         """The student's notebook: ``exercises/ch01_self_attention.ipynb``."""
         return root / "exercises" / f"{self.module}.ipynb"
 
+    def lesson(self, root: Path = COURSE_ROOT) -> Path:
+        """Its lesson: ``chapters/01_self_attention/README.md``."""
+        return root / "chapters" / self.folder / "README.md"
+
     def grading(self, root: Path = COURSE_ROOT) -> Path:
         """Its grading's folder, the package ``package``: ``grader/chapters/ch01``."""
         return root / "grader" / "chapters" / self.id

@@ -38,11 +38,6 @@ class LessonError(ValueError):
     """A lesson or a checks file the build cannot read; the message is one line."""
 
 
-def lesson_path(chapter: Chapter, root: Path = COURSE_ROOT) -> Path:
-    """The lesson: ``chapters/01_self_attention/README.md``."""
-    return root / "chapters" / chapter.folder / "README.md"
-
-
 def checks_path(chapter: Chapter, root: Path = COURSE_ROOT) -> Path:
     """The chapter's checks under ``root``: ``grader/chapters/ch01/test_ch01_self_attention.py``."""
     return chapter.grading(root) / chapter.checks.name
@@ -138,7 +133,7 @@ def _escaped(sentence: str) -> str:
 def lesson_text(chapter: Chapter, root: Path = COURSE_ROOT) -> str:
     """The lesson as the build writes it: the text on disk, with what lies
     between its markers replaced by ``checks_block`` of its checks."""
-    path = lesson_path(chapter, root)
+    path = chapter.lesson(root)
     return with_checks(path.read_text(encoding="utf-8"), checks_block(check_titles(chapter, root)),
                        path.relative_to(root).as_posix())
 

@@ -199,7 +199,7 @@ def test_a_check_added_without_a_build_fails_build_check_naming_its_lesson(cours
     chapter = next(chapter for chapter in CHAPTERS if chapter.id == "ch02")
     checks = course / "grader" / "chapters" / chapter.id / chapter.checks.name
     checks.write_text(checks.read_text(encoding="utf-8") + NEW_CHECK, encoding="utf-8")
-    lesson = course / "chapters" / chapter.folder / "README.md"
+    lesson = chapter.lesson(course)
     before = lesson.read_text(encoding="utf-8")
     checked = _build(course, "--check")
     assert checked.returncode == 1, checked.stderr
@@ -220,7 +220,7 @@ def test_a_lesson_without_its_markers_is_refused_in_one_line(course):
     """The build never guesses where a lesson's list goes: a lesson that lost
     a marker is refused, named, with the recipe, and nothing is written."""
     chapter = CHAPTERS[2]
-    lesson = course / "chapters" / chapter.folder / "README.md"
+    lesson = chapter.lesson(course)
     text = lesson.read_text(encoding="utf-8")
     lesson.write_text(text.replace(END + "\n", ""), encoding="utf-8")
     stubs = sorted(path.read_text() for path in (course / "exercises").iterdir())

@@ -36,7 +36,7 @@ def test_each_chapter_has_its_files(chapter):
     assert chapter.solution().is_file()
     assert chapter.stub().is_file()
     assert chapter.notebook().is_file()
-    assert (COURSE_ROOT / "chapters" / chapter.folder / "README.md").is_file()
+    assert chapter.lesson().is_file()
     assert chapter.checks.is_file()
     assert chapter.bugs().is_file()
     # Each names its own chapter's file, in the folder it is given.

@@ -100,7 +100,7 @@ def _known_bugs(chapter: Chapter, root: Path) -> str | None:
 
 
 def _lesson(chapter: Chapter, root: Path) -> str | None:
-    path = root / "chapters" / chapter.folder / "README.md"
+    path = chapter.lesson(root)
     if not path.is_file():
         return "no such file"
     text = path.read_text(encoding="utf-8")

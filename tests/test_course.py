@@ -60,7 +60,7 @@ def test_figures_are_deterministic_svg_and_the_lesson_shows_them(chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
 def test_the_lesson_lists_each_exercise_with_its_points(chapter):
-    lesson = (COURSE_ROOT / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+    lesson = chapter.lesson().read_text(encoding="utf-8")
     for exercise in chapter.exercises:
         # | `name` | 2 | or | `name(arguments)` | 2 | or, optional, | `name` | optional, 0 |
         row = re.search(rf"^\| `{exercise.name}(\(.*?\))?` \| (optional, )?(\d+) \|", lesson, flags=re.MULTILINE)

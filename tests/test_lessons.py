@@ -29,7 +29,7 @@ TAUGHT_ELSEWHERE: dict[tuple[str, str], str] = {}
 
 def _pitfalls(chapter) -> str:
     """The text of the lesson's "## N. Pitfalls" section, up to the next section."""
-    lesson = (COURSE_ROOT / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+    lesson = chapter.lesson().read_text(encoding="utf-8")
     found = re.search(r"^## \d+\. Pitfalls\n(.*?)(?=^## )", lesson, flags=re.MULTILINE | re.DOTALL)
     assert found is not None, f"{chapter.folder}/README.md has no Pitfalls section"
     return found.group(1)

@@ -94,7 +94,7 @@ def test_edition_holds_no_solution_code(edition):
         assert chapter.stub(edition).is_file()
         assert chapter.notebook(edition).is_file()
         assert (edition / "grader" / "recorded" / f"{chapter.id}.rec").is_file()
-        assert (edition / "chapters" / chapter.folder / "README.md").is_file()
+        assert chapter.lesson(edition).is_file()
 
 
 def test_the_search_for_solution_code_finds_it(tmp_path):
@@ -150,8 +150,8 @@ def test_edition_lessons_and_notebooks_hold_no_known_bug_names(edition):
     from grader.edition import student_lesson
 
     for chapter in CHAPTERS:
-        course = (COURSE_ROOT / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
-        theirs = (edition / "chapters" / chapter.folder / "README.md").read_text(encoding="utf-8")
+        course = chapter.lesson().read_text(encoding="utf-8")
+        theirs = chapter.lesson(edition).read_text(encoding="utf-8")
         assert "<!-- known bugs:" in course and "known bugs:" not in theirs, chapter.folder
         assert theirs == student_lesson(course)
         mine, notebook = (nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
