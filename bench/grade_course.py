@@ -1,7 +1,7 @@
 """Whole-course grade of the reference solutions against a bare torch import.
 
 Run by hand: ``python bench/grade_course.py [--runs N] [--chapters]
-[--baseline DIR]``. With ``--chapters``, each chapter's own grade (``grade
+[--baseline DIR] [--device cuda]``. With ``--chapters``, each chapter's own grade (``grade
 chNN --solutions``, a student's loop) is timed too. With ``--baseline``, the
 whole-course grade of another checkout (``git worktree add DIR REV``) is
 timed beside this one's, and each run's ratio of the two is printed: the way
@@ -130,7 +130,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--chapters", action="store_true", help="time each chapter's grade too")
     parser.add_argument("--baseline", type=Path, help="a checkout of another commit, to time its grade beside this one")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the checks run")
     options = parser.parse_args()
+    GRADE.extend(["--device", options.device])
     commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY), WHOLE: (GRADE, REPOSITORY)}
     if options.baseline is not None:
         if not (options.baseline / "grader" / "__main__.py").is_file():
@@ -141,7 +143,8 @@ def main() -> None:
 
         for chapter in CHAPTERS:
             commands[f"mha-course grade {chapter.id} --solutions"] = (
-                [sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0"], REPOSITORY)
+                [sys.executable, "-m", "grader", "grade", chapter.id, "--solutions", "--seed", "0",
+                 "--device", options.device], REPOSITORY)
     print(machine())
     print_ratios(*time_alternately(commands, options.runs))
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

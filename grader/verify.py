@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 
 from grader import recorded
 from grader.build import edited_files, generated_files, stale_files, write_stubs
@@ -69,7 +70,8 @@ class Verification:
 
 
 def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | None = None,
-           root: Path = COURSE_ROOT, mode: recorded.Mode | None = None) -> Verification:
+           root: Path = COURSE_ROOT, mode: recorded.Mode | None = None,
+           device: torch.device = torch.device("cpu")) -> Verification:
     """Grade the references, the stubs and every known bug; check the build.
 
     Args:
@@ -82,16 +84,17 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
         mode: how the reference, the known bugs and the oracles answer
             (``recorded.Mode``); None: live. A test verifies the edition's
             recordings with a ``recorded.Replayer``.
+        device: where the student's code runs, as ``grade --device`` says.
     """
     if is_student_edition():
         raise GraderError("this is the student edition: it has no reference solutions to verify "
                           "the checks with; run mha-course verify in the instructor's tree")
     audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
     mode = mode if mode is not None else recorded.Live()
-    references = grade([(c, c.solution()) for c in CHAPTERS], seed=seed, mode=mode)
+    references = grade([(c, c.solution()) for c in CHAPTERS], device, seed=seed, mode=mode)
     files = generated_files(root)
     with tempfile.TemporaryDirectory() as folder:
-        stubs = grade(write_stubs(files, root, Path(folder)), seed=seed, mode=mode)
+        stubs = grade(write_stubs(files, root, Path(folder)), device, seed=seed, mode=mode)
     for result in references.exercises:
         audit = audits[result.chapter.id, result.exercise.name]
         audit.checks = [check.check for check in result.checks if check.outcome != "skipped"]
@@ -103,7 +106,8 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
     preload(CHAPTERS)  # once here, not once for each known bug
     with forked_pool(jobs) as pool:
         for done, (chapter_id, index, failed, hints) in enumerate(
-                pool.map(_grade_bug, tasks, [seed] * len(tasks), [mode] * len(tasks)), start=1):
+                pool.map(_grade_bug, tasks, [seed] * len(tasks), [mode] * len(tasks), [device] * len(tasks)),
+                start=1):
             bug = KNOWN_BUGS[chapter_id][index]
             audit = audits[chapter_id, bug.exercise]
             audit.catches[bug.name], audit.hints[bug.name] = failed, hints
@@ -114,7 +118,8 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
     return Verification(list(audits.values()), stale_files(files), edited_files(files))
 
 
-def _grade_bug(task: tuple[str, int], seed: int, mode: recorded.Mode) -> tuple[str, int, set[str], set[str]]:
+def _grade_bug(task: tuple[str, int], seed: int, mode: recorded.Mode,
+               device: torch.device) -> tuple[str, int, set[str], set[str]]:
     """Grade the reference with one known bug: the checks of its exercise it
     fails, and the hints those checks gave."""
     chapter_id, index = task
@@ -124,7 +129,7 @@ def _grade_bug(task: tuple[str, int], seed: int, mode: recorded.Mode) -> tuple[s
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / chapter.file_name
         path.write_text(apply_bug(source, bug), encoding="utf-8")
-        report = grade([(chapter, path)], seed=seed, only={bug.exercise}, mode=mode)
+        report = grade([(chapter, path)], device, seed=seed, only={bug.exercise}, mode=mode)
     (result,) = report.exercises
     failed = result.failed_checks
     return chapter_id, index, {check.check for check in failed}, {check.hint for check in failed if check.hint}
