@@ -7,7 +7,10 @@ the student edition hides and refuses in one line.
 Errors in what was asked (an unknown chapter, a missing file or folder) are
 one red line on stderr and exit status 2; a grade exits 0 when every check
 passed and 1 otherwise. torch is imported only by the commands that need it,
-so ``list`` and ``--help`` answer at once.
+so ``list`` and ``--help`` answer at once; and a student's command imports
+neither the instructor's commands (``main`` registers them only when one of
+them, or the list of all, is asked for) nor what only another command shows
+(``tests/test_startup.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from grader.app import (
     INSTRUCTOR_COMMANDS,
@@ -226,6 +227,8 @@ def watch(
     """Grade, then grade again each time a file is saved; Ctrl-C stops."""
     import time
 
+    from rich.text import Text
+
     folder = directory or COURSE_ROOT / "exercises"
     chosen = resolve_targets(targets or [], folder)  # a wrong target is told at once
     where = _device(device)
@@ -276,6 +279,7 @@ def watch(
 def list_exercises() -> None:
     """List the chapters and their exercises, with points."""
     from rich import box
+    from rich.table import Table
 
     # A table per chapter, as grade prints them: at 80 columns the names and
     # points stay whole and only the descriptions wrap.
@@ -292,9 +296,19 @@ def list_exercises() -> None:
     stdout.print(f"{len(CHAPTERS)} chapter(s), {total} points. Grade one with: mha-course grade ch01")
 
 
+# Registered on app by this module; the instructor's, by importing instructor_commands.
+STUDENT_COMMANDS = ("grade", "watch", "list")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; usage errors, typer's included, are one line."""
     args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in STUDENT_COMMANDS:
+        # Registers them on app, after the student's commands, as --help lists
+        # them: only where they may be asked for (an instructor's command,
+        # --help, an unknown command), since typer builds every registered
+        # command's parameters on every run.
+        from grader import instructor_commands  # noqa: F401
     if args and args[0] in INSTRUCTOR_COMMANDS and is_student_edition():
         stderr.print(f"[bold red]error:[/] mha-course {args[0]} belongs to the instructor's tree; "
                      "this is the student edition (see mha-course --help)", highlight=False, soft_wrap=True)
@@ -340,7 +354,3 @@ def run() -> NoReturn:
             stream.flush()
     atexit._run_exitfuncs()
     os._exit(code or 0)
-
-
-# Last, so that they come after the student's commands above in --help.
-from grader import instructor_commands  # noqa: F401  (registers them on app)

@@ -10,6 +10,7 @@ autograder upload.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -22,7 +23,9 @@ from grader.grading import ExerciseResult, GradeReport
 from grader.outcomes import Failure, Status
 from grader.plugin import CheckResult
 from grader.remote_submission import TOP_LEVEL
-from grader.verify import ExerciseAudit, Verification
+
+if TYPE_CHECKING:  # verify's table only: a grade, which prints a report, never imports verify (nor build)
+    from grader.verify import ExerciseAudit, Verification
 
 STATUS_STYLE = {
     Status.PASSED: ("✓ pass", "green"),
