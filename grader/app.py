@@ -8,6 +8,7 @@ and neither imports the other but ``cli``, which registers them all.
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, NoReturn
 
 import typer
@@ -37,7 +38,13 @@ class _PlainHelp:
                 param.metavar = ""  # shown instead of the type
             elif isinstance(param, TyperArgument) and param.metavar is None:
                 param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
-                param.display_type_rich = lambda ctx: ""  # its name and help say what it is
+                # Its name and help say what it is: no type beside it, neither
+                # as typer 0.29 shows one (display_type_rich) nor as 0.27 and
+                # 0.28 do (the click type's metavar, else <its name>).
+                param.display_type_rich = lambda ctx: ""
+                if hasattr(param, "type"):  # typer before 0.29
+                    param.type = copy.copy(param.type)  # click's STRING is everyone's
+                    param.type.get_metavar = lambda *args, **kwargs: ""
         return params
 
 

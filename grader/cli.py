@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         # typer's (or click's) usage errors: a bad option value, an unknown command.
         if not (hasattr(error, "format_message") and hasattr(error, "exit_code")):
             raise
-        # typer checks a value through pydantic, whose message for a choice
+        # typer 0.29 checks a value through pydantic, whose message for a choice
         # starts "Value error, ": the rest is what click says of a choice.
         message = error.format_message().replace(": Value error, ", ": ", 1)
         context = getattr(error, "ctx", None)  # the (sub)command that refused it
