@@ -19,7 +19,8 @@ import torch
 
 from conftest import TRAINING, Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.chapters.ch08.bugs import BUGS
-from grader.chapters.ch08.test_ch08_tiny_language_model import LEARNED, SEES_THE_ANSWER, TRAIN_STEPS, _text_tokens
+from grader.chapters.ch08.test_ch08_tiny_language_model import (LEARNED, SEES_THE_ANSWER, TRAIN_SETTINGS, TRAIN_STEPS,
+                                                             _text_tokens)
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import apply_bug, function_span
 
@@ -316,14 +317,14 @@ def test_the_reference_learns_with_margin_on_both_sides_and_fast(seed):
     torch.set_num_threads(1)  # as in the worker
     try:
         start = time.perf_counter()
-        _, losses = _reference().train(tokens, vocab_size, TRAIN_STEPS, seed=seed)
+        _, losses = _reference().train(tokens, vocab_size, TRAIN_STEPS, seed=seed, **TRAIN_SETTINGS)
         seconds = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
     final = sum(losses[-10:]) / 10
     assert SEES_THE_ANSWER + 0.6 < final < LEARNED - 0.3
     assert abs(losses[0] - math.log(vocab_size)) < 0.5
-    assert seconds < 5
+    assert seconds < 2
 
 
 def test_the_lessons_numbers_are_the_texts():
