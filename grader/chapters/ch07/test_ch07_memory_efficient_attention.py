@@ -229,7 +229,15 @@ def test_tiled_large_logits(submission, bugs, inputs, causal):
 # (Llama's additive mask per block, a first matrix product's buffers included), the
 # whole-matrix known bug about 200. Few queries and many keys keep (L, block) pieces small
 # and a FlashAttention-2 double loop short (8 blocks of queries).
+# No smaller size keeps every verdict (measured without the worker's own imports, which
+# add 3 to 4 MiB): the budget must stay below a whole boolean causal mask, ones(L, S) and
+# its tril, which tests/test_ch07_memory_efficient_attention.py fails (32.75 MiB here, 16.75
+# with 512 queries), and above blocks of 16 queries against every key, which it passes (8 at
+# either size), and float64 blocks (the einsum corpus file: 8 here, 11 with 512 queries, for
+# the heap's holes). With 512 queries that leaves no room; with 1024, 24 MiB is 10 above the
+# most a correct file needs (llama's, 14 with the imports) and 8.75 below the whole mask.
 MEMORY_BUDGET = 24 * 2**20
+LAST_QUERIES = 128  # of the 1024, compared with the reference
 
 
 @exercise("tiled_attention")
@@ -240,9 +248,20 @@ def test_tiled_never_builds_the_score_matrix(submission, reference, inputs, caus
     q, k, v = inputs.randn(1, num_queries, 8), inputs.randn(1, num_keys, 8), inputs.randn(1, num_keys, 8)
     got, call = run_within(submission, MEMORY_BUDGET, "tiled_attention", q, k, v, block_size, causal=causal,
                            hint=WHOLE_MATRIX_HINT)
-    # The reference, tiled itself, answers in a fifth of PyTorch's time at this size
-    # (which builds the whole matrix); the other checks compare with PyTorch.
-    _expect_tiled(got, call, reference.tiled_attention(q, k, v, block_size, causal=causal))
+    # The values show that the budget was not kept by computing worse (in float16, skipping
+    # keys); the other checks judge them, against PyTorch. So the last LAST_QUERIES queries
+    # alone are compared, with the reference (tiled, a fifth of PyTorch's time here) run on
+    # them alone: an eighth of its time on all 1024 (0.03 s instead of 0.23, full and causal
+    # together). As the last rows, they keep their bottom-right positions S - n + i, and
+    # they see nearly every key.
+    out, lse = unpack(got, ("out", "lse"), call)
+    if not all(isinstance(part, torch.Tensor) and tuple(part.shape) == shape
+               for part, shape in ((out, (1, num_queries, 8)), (lse, (1, num_queries)))):
+        _expect_tiled(got, call, reference.tiled_attention(q, k, v, block_size, causal=causal))  # the shapes' message
+        return
+    last = LAST_QUERIES
+    _expect_tiled((out[..., -last:, :], lse[..., -last:]), f"{call} at its last {last} queries",
+                  reference.tiled_attention(q[..., -last:, :], k, v, block_size, causal=causal))
 
 
 @exercise("tiled_attention")
