@@ -36,9 +36,21 @@ LONGEST_FIRST = ("test_correct_styles.py", "test_release.py", "test_notebooks.py
                  "test_secrets.py", "test_scaffold.py", "test_attacks.py", "test_batch.py", "test_course.py")
 
 
+# The suite's shared computations, each a few minutes on a loaded machine (``verification``
+# took more than 300 s beside three other test runs). A test that uses one may be the one
+# that computes it, or waits for the process that does, in its setup, which pytest-timeout
+# counts: such a test may take SHARED_TIMEOUT before it is called a hang, unless it says.
+SHARED_FIXTURES = ("verification", "edition")
+SHARED_TIMEOUT = 900
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+    for item in items:
+        if (set(SHARED_FIXTURES) & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("timeout") is None):
+            item.add_marker(pytest.mark.timeout(SHARED_TIMEOUT))
 
 
 # What a batch imports once before it forks (torch._dynamo, which training
@@ -234,26 +246,60 @@ def _verify_in_a_copy(folder: Path):
     return found
 
 
+def _once_per_suite(request, tmp_path_factory, name: str, make):
+    """``make(folder)``, computed once per suite in a new ``folder``, even with
+    tests side by side (pytest-xdist): the first process to need it computes
+    it under a lock, in the folder every process of the run shares, and the
+    others read its pickle (a folder it made is shared as its path). A
+    process whose ``make`` failed leaves no pickle: the next to need it tries
+    again, in an emptied folder, and fails as the first did."""
+    if not hasattr(request.config, "workerinput"):  # one process: no one to share with
+        return make(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every process of the run
+    cached = shared / f"{name}.pickle"
+    with FileLock(str(cached) + ".lock"):
+        if not cached.is_file():
+            folder = shared / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            cached.write_bytes(pickle.dumps(make(folder)))
+        return pickle.loads(cached.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def verification(request, tmp_path_factory):
     """One verify run over the whole course (seed ``VERIFY_SEED``), with
     ``ADDED_BUGS`` in chapter 1's catalog, its build checked in a copy of the tree whose
     exercises/ holds a student's finished chapter 1 (``verification.work``):
     the course's own exercises/ stays as it is for the tests running beside
-    this one. Shared: test_verify reads it, and test_release compares the
-    student edition's with it.
+    this one. The suite's one pass over the known-bug catalog in this tree:
+    test_verify and test_known_bugs read it, and test_release_replay compares
+    the student edition's with it. Once per suite (``_once_per_suite``)."""
+    return _once_per_suite(request, tmp_path_factory, "verified-course", _verify_in_a_copy)
 
-    Once per suite, even with tests side by side (pytest-xdist): the first
-    process to need it computes it under a lock, the others read its pickle."""
-    if not hasattr(request.config, "workerinput"):  # one process: no one to share with
-        return _verify_in_a_copy(tmp_path_factory.mktemp("course"))
-    from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every process of the run
-    cached = shared / "verification.pickle"
-    with FileLock(str(cached) + ".lock"):
-        if not cached.is_file():
-            folder = shared / "verified-course"
-            folder.mkdir()
-            cached.write_bytes(pickle.dumps(_verify_in_a_copy(folder)))
-        return pickle.loads(cached.read_bytes())
+# The seeds the suite's student edition records: EDITION_SEED is the students'
+# (the seed the edition's tests grade with); VERIFY_SEED lets verify in the
+# edition's mode be compared with the suite's verify run in this tree.
+EDITION_SEED = 20240601
+EDITION_SEEDS = (EDITION_SEED, VERIFY_SEED)
+
+
+def _write_edition(folder: Path) -> Path:
+    from grader.edition import write_edition
+
+    write_edition(folder / "mha-course", list(EDITION_SEEDS), jobs=1)
+    return folder / "mha-course"
+
+
+@pytest.fixture(scope="session")
+def edition(request, tmp_path_factory) -> Path:
+    """The student edition (``mha-course release``) recording ``EDITION_SEEDS``,
+    written once per suite (``_once_per_suite``) and shared by every test that
+    grades in it or reads it: test_release, test_release_replay, test_secrets.
+    Read-only: a test grades inside it (``cwd``, ``PYTHONPATH``) but writes
+    its files in its own ``tmp_path``; one that must change the edition
+    copies it first."""
+    return _once_per_suite(request, tmp_path_factory, "edition", _write_edition)

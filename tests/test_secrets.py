@@ -39,8 +39,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-import grader.edition
-from conftest import replace_function
+from conftest import EDITION_SEED, replace_function
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.grading import grade
 from grader.known_bugs import KNOWN_BUGS
@@ -334,20 +333,8 @@ def test_a_batch_keeps_every_secret_out_of_its_workers(tmp_path):
     assert sum(test["score"] for test in alice["tests"] if test["name"].startswith("ch01 ")) == CH01.points
 
 
-EDITION_SEED = 20240601
-
-
-@pytest.fixture(scope="module")
-def edition(tmp_path_factory) -> Path:
-    """A student edition that recorded chapter 1 only, with one seed: the
-    others' grading is what test_release.py proves."""
-    folder = tmp_path_factory.mktemp("edition") / "mha-course"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(grader.edition, "CHAPTERS", (CH01,))
-        grader.edition.write_edition(folder, [EDITION_SEED], jobs=1)
-    return folder
-
-
+# The suite's student edition (conftest's ``edition``): every chapter recorded with two
+# seeds, chapter 1's among them.
 def test_the_student_edition_keeps_every_secret_out_of_its_workers(edition, tmp_path):
     """Besides the checks, the recorded answers: each call's key (a digest,
     in memory once a recording is read) stands for them."""
