@@ -32,8 +32,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # done with one (--dist loadfile, in the order collected), so a long file
 # taken last leaves one process working alone at the end; taken first, the
 # short files fill in around it. The other files keep their order.
-LONGEST_FIRST = ("test_correct_styles.py", "test_release.py", "test_notebooks.py", "test_known_bugs.py",
-                 "test_secrets.py", "test_scaffold.py", "test_attacks.py", "test_batch.py", "test_course.py")
+# The first two are taken at once, one by each process, and each starts one of the
+# suite's two long shared computations (conftest's ``edition`` and ``verification``):
+# test_release_replay's one test needs both, the edition first, which it writes while
+# test_known_bugs's process runs the verify; then it runs verify in the edition's mode.
+LONGEST_FIRST = ("test_release_replay.py", "test_known_bugs.py", "test_correct_styles.py", "test_notebooks.py",
+                 "test_attacks.py", "test_release.py", "test_gradescope.py", "test_secrets.py", "test_scaffold.py",
+                 "test_batch.py", "test_course.py")
 
 
 # The suite's shared computations, each a few minutes on a loaded machine (``verification``
