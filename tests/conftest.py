@@ -71,6 +71,11 @@ def stub_source(chapter: Chapter) -> str:
     return chapter.stub().read_text(encoding="utf-8")
 
 
+# Where the suite's grades run student code: the CPU, unless MHA_COURSE_TEST_DEVICE says
+# otherwise (bench/device_check.sh runs the corpus and the attacks with it set to cuda).
+DEVICE = torch.device(os.environ.get("MHA_COURSE_TEST_DEVICE", "cpu"))
+DEVICE_OPTION = ("--device", DEVICE.type)  # the same, for a grade on the command line
+
 CH01 = find_chapter("ch01")
 SOLUTION = solution_source(CH01)
 STUB = stub_source(CH01)
@@ -185,15 +190,15 @@ def assert_fails_alone(report: GradeReport, exercise: str, chapter: Chapter = CH
 
 @pytest.fixture
 def grade_source(tmp_path: Path):
-    """``grade_source(text)`` grades ``text`` as a chapter 1 submission;
-    ``grade_source(text, chapter="ch03")`` as one for another chapter."""
+    """``grade_source(text)`` grades ``text`` as a chapter 1 submission, on
+    ``DEVICE``; ``grade_source(text, chapter="ch03")`` as one for another chapter."""
 
     def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01",
             only: set[str] | None = None) -> GradeReport:
         target = find_chapter(chapter)
         path = tmp_path / target.file_name
         path.write_text(source, encoding="utf-8")
-        return grade([(target, path)], limits=limits, seed=seed, only=only)
+        return grade([(target, path)], DEVICE, limits=limits, seed=seed, only=only)
 
     return run
 

@@ -31,7 +31,7 @@ import pytest
 import grader.forkserver
 import grader.isolation
 import grader.sandbox
-from conftest import SOLUTION, STUB, affected_by, replace_function, solution_source
+from conftest import DEVICE_OPTION, SOLUTION, STUB, affected_by, replace_function, solution_source
 from grader import reaping
 from grader.batch import CSV_FILE, GradingOptions, run_batch
 from grader.batch_state import STATE_FILE
@@ -454,7 +454,8 @@ def test_a_file_python_cannot_parse_costs_that_chapter_alone(tmp_path):
     deep = "x = " + " + ".join(["1"] * 20000) + "\n"
     (tmp_path / "ch02_cross_attention.py").write_text(deep, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "grader", "grade", "--dir", str(tmp_path), "--json",
-                           "--seed", "1", "--timeout", "5"], capture_output=True, text=True, timeout=120)
+                           "--seed", "1", "--timeout", "5", *DEVICE_OPTION],
+                          capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr
     results = json.loads(done.stdout)
     scores = {test["name"].split(":")[0]: test for test in results["tests"]}
@@ -473,7 +474,7 @@ def test_a_piped_grade_ends_when_the_grader_does(tmp_path):
     started = time.monotonic()
     with open(out, "w", encoding="utf-8") as stream:
         done = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--seed", "1",
-                               "--timeout", "5"], stdout=subprocess.PIPE, stderr=stream, timeout=120)
+                               "--timeout", "5", *DEVICE_OPTION], stdout=subprocess.PIPE, stderr=stream, timeout=120)
     assert time.monotonic() - started < BOUND_SECONDS
     assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points
 
@@ -511,8 +512,8 @@ def test_a_process_that_holds_the_graders_output_dies_with_the_grade(tmp_path, c
     path.write_text(STDOUT_HOLDER.source(), encoding="utf-8")
     prefix = [sys.executable, "-m", "grader"] if confined else [sys.executable, "-c", UNCONFINED_CLI]
     started = time.monotonic()
-    done = subprocess.run([*prefix, "grade", str(path), "--json", "--seed", "1", "--timeout", "5"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*prefix, "grade", str(path), "--json", "--seed", "1", "--timeout", "5",
+                           *DEVICE_OPTION], capture_output=True, text=True, timeout=120)
     assert time.monotonic() - started < BOUND_SECONDS
     if confined:
         assert json.loads(done.stdout)["score"] == CH01.points - CH01.exercise("self_attention").points

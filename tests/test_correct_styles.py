@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import RECIPE, TRAINING, Draw, chapter_tests, solution_source
+from conftest import DEVICE, RECIPE, TRAINING, Draw, chapter_tests, solution_source
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
 from grader.grading import grade
 from grader.inputs import Inputs
@@ -190,7 +190,7 @@ def test_every_corpus_file_gets_full_marks_on_five_seeds(paths):
     seeded = every - {name for chapter in chapters for name in seed_free(chapter)}
     lost = []
     for seed in SEEDS:
-        report = grade([(chapter_of(path), path) for path in paths], limits=TRAINING, seed=seed, jobs=2,
+        report = grade([(chapter_of(path), path) for path in paths], DEVICE, limits=TRAINING, seed=seed, jobs=2,
                        only=None if seed == SEEDS[0] else seeded)
         files = {chapter_of(path).id: path.name for path in paths}
         lost += [f"{files[result.chapter.id]}, seed {seed}: {result.exercise.name}: {result.reason} -- "

@@ -4,9 +4,11 @@ shows its figures and lists its exercises."""
 
 import importlib.util
 import re
+import subprocess
 import xml.etree.ElementTree as ElementTree
 
 import pytest
+import torch
 
 from conftest import FAST, TRAINING
 from grader.catalog import CHAPTERS, COURSE_ROOT
@@ -157,3 +159,19 @@ def test_the_readme_has_a_row_a_chapter_in_the_catalog_s_order():
     missing = [f"| [{number}]({link}) | topic | exercises |" for number, link in wanted if (number, link) not in rows]
     assert not missing, f"README.md's ## Chapters table has no row for a chapter of the catalog; add {missing}"
     assert rows == wanted, f"README.md's ## Chapters table: {rows}, where the catalog has {wanted}"
+
+
+# -- the prepared GPU run ---------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA runs the whole check")
+def test_the_device_check_says_in_one_line_that_there_is_no_cuda():
+    """bench/device_check.sh is run first on any machine with a GPU; on one
+    without, it answers in one line and succeeds, so that a script that runs
+    it everywhere is not failed by a CPU machine."""
+    done = subprocess.run(["bash", str(COURSE_ROOT / "bench" / "device_check.sh")], capture_output=True,
+                          text=True, timeout=120, cwd=COURSE_ROOT / "chapters")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("device_check: no CUDA device here (torch ") and line.endswith("nothing to check")
