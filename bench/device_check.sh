@@ -68,6 +68,8 @@ found = verify(seed=0, jobs=$processes, device=torch.device('cuda'))
 for audit in found.exercises:
     for gap in audit.gaps:
         print(f'{audit.chapter.id} {audit.exercise.name}: {gap}')
+for path in sorted(set(found.stale) - set(found.edited)):
+    print(f'{path}: not what the build writes')
 bugs = sum(len(audit.catches) for audit in found.exercises)
 print(f'{len(found.exercises)} exercises, {bugs} known bugs: ' + ('every one proven' if found.passed else 'gaps above'))
 sys.exit(0 if found.passed else 1)"
