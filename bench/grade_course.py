@@ -132,12 +132,12 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a checkout of another commit, to time its grade beside this one")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the checks run")
     options = parser.parse_args()
-    GRADE.extend(["--device", options.device])
-    commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY), WHOLE: (GRADE, REPOSITORY)}
+    grade = [*GRADE, "--device", options.device]
+    commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY), WHOLE: (grade, REPOSITORY)}
     if options.baseline is not None:
         if not (options.baseline / "grader" / "__main__.py").is_file():
             parser.error(f"{options.baseline} is not a checkout of the course")
-        commands[BASELINE] = (GRADE, options.baseline.resolve())  # run from there, its grader is the one imported
+        commands[BASELINE] = (grade, options.baseline.resolve())  # run from there, its grader is the one imported
     if options.chapters:
         from grader.catalog import CHAPTERS
 
@@ -150,7 +150,7 @@ def main() -> None:
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"largest single process (peak RSS): {largest:.0f} MiB")
     if Path("/proc/self/smaps_rollup").exists():
-        peak, most = peak_tree_pss(GRADE)
+        peak, most = peak_tree_pss(grade)
         print(f"whole grade, all its processes (peak summed PSS): {peak / 2**20:.0f} MiB, "
               f"up to {most} processes at once")
 

@@ -9,6 +9,8 @@ and neither imports the other but ``cli``, which registers them all.
 from __future__ import annotations
 
 import copy
+import enum
+import os
 from typing import Annotated, NoReturn
 
 import typer
@@ -84,6 +86,34 @@ INTERRUPTED = 130
 def usage_error(message: str) -> NoReturn:
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
+
+
+class Device(str, enum.Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+# Given to the commands that grade on a device of the user's choice: grade, watch, verify.
+Where = Annotated[Device, typer.Option(help="Where the checks run.")]
+
+
+def chosen_device(choice: Device):
+    """The ``torch.device`` that ``--device`` names; cuda where there is no
+    CUDA is a usage error."""
+    # Ask NVML, not the CUDA runtime: the grader must not initialise CUDA
+    # before it forks workers, which initialise it themselves.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    if choice is Device.cpu:
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if choice is Device.auto:
+        return torch.device("cpu")
+    usage_error(f"--device cuda: CUDA is not available here (torch {torch.__version__}); "
+                "use --device cpu or auto")
 
 
 # Given to every command that grades.

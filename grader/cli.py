@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import enum
 import os
 import sys
 from pathlib import Path
@@ -31,8 +30,11 @@ from grader.app import (
     INTERRUPTED,
     USAGE_ERROR,
     Command,
+    Device,
     Timeout,
+    Where,
     app,
+    chosen_device,
     stderr,
     stdout,
     student_command,
@@ -49,12 +51,6 @@ from grader.catalog import (
     is_student_edition,
 )
 from grader.finding import chapter_choice
-
-
-class Device(str, enum.Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-    auto = "auto"
 
 
 def resolve_targets(targets: list[str], directory: Path) -> list[tuple[Chapter, Path, str]]:
@@ -125,22 +121,6 @@ def _sources(chosen: list[tuple[Chapter, Path, str]]) -> dict[str, str]:
     return {chapter.id: _shown(path) + (f" ({why})" if why else "") for chapter, path, why in chosen}
 
 
-def _device(choice: Device):
-    # Ask NVML, not the CUDA runtime: the grader must not initialise CUDA
-    # before it forks workers, which initialise it themselves.
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import torch
-
-    if choice is Device.cpu:
-        return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if choice is Device.auto:
-        return torch.device("cpu")
-    usage_error(f"--device cuda: CUDA is not available here (torch {torch.__version__}); "
-                "use --device cpu or auto")
-
-
 # What grade and watch are both given.
 Targets = Annotated[list[str] | None, typer.Argument(
     help="Chapters (ch01, 1, 01_self_attention), .py files or .ipynb notebooks; none means "
@@ -148,7 +128,6 @@ Targets = Annotated[list[str] | None, typer.Argument(
     show_default=False)]
 Folder = Annotated[Path | None, typer.Option(
     "--dir", help="Folder holding the submission.  \\[default: exercises/]", show_default=False)]
-Where = Annotated[Device, typer.Option(help="Where the checks run.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="List every failed check, not only the first.")]
 # The student edition grades with the seeds it recorded (grader.recorded), never a fresh one.
 WHICH_SEEDS, DEFAULT_SEED = ((": one of the seeds this edition recorded, the only ones it grades with",
@@ -177,7 +156,7 @@ def grade(
     folder = COURSE_ROOT / "solutions" if solutions else directory or COURSE_ROOT / "exercises"
     chosen = resolve_targets(targets or [], folder)
     sources = _sources(chosen)
-    where = _device(device)
+    where = chosen_device(device)
 
     from grader.sandbox import Limits, clean_parent, layers
     from grader.side_by_side import default_processes
@@ -231,7 +210,7 @@ def watch(
 
     folder = directory or COURSE_ROOT / "exercises"
     chosen = resolve_targets(targets or [], folder)  # a wrong target is told at once
-    where = _device(device)
+    where = chosen_device(device)
 
     from grader.sandbox import Limits, clean_parent, preload
     from grader.watching import watch as run_watch

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from grader.app import Timeout, instructor_command, stderr, stdout, usage_error
+from grader.app import Device, Timeout, Where, chosen_device, instructor_command, stderr, stdout, usage_error
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, UnknownChapter, find_chapter, is_student_edition
 
 
@@ -27,6 +27,7 @@ def verify(
         show_default=False, min=0)] = 0,
     matrix: Annotated[bool, typer.Option(
         "--matrix", help="Also show, for each exercise, which checks catch which known bug.")] = False,
+    device: Where = Device.cpu,
 ) -> None:
     """Prove the checks (for instructors).
 
@@ -40,13 +41,15 @@ def verify(
     from grader.report import print_verification
     from grader.verify import verify as run_verify
 
+    where = chosen_device(device)
     seed = secrets.randbelow(2**31) if seed is None else seed
     columns = (TextColumn("grading known bugs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     try:
         with Progress(*columns, console=stderr, transient=True) as progress:
             task = progress.add_task("bugs", total=None)
             result = run_verify(seed, jobs or os.cpu_count() or 1,
-                                lambda done, total: progress.update(task, completed=done, total=total))
+                                lambda done, total: progress.update(task, completed=done, total=total),
+                                device=where)
     except GraderError as error:
         stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(3) from None
@@ -131,6 +134,7 @@ def batch(
             usage_error(f"{submissions} holds no submissions (one folder, file or zip per student)")
     except OSError as error:
         usage_error(f"cannot list {submissions}: {error.strerror}")
+    where = chosen_device(device)
     seed = secrets.randbelow(2**31) if seed is None else seed
     columns = (TextColumn("grading students"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[broken]} not gradable"), TimeRemainingColumn())
