@@ -134,7 +134,6 @@ def batch(
             usage_error(f"{submissions} holds no submissions (one folder, file or zip per student)")
     except OSError as error:
         usage_error(f"cannot list {submissions}: {error.strerror}")
-    where = chosen_device(device)
     seed = secrets.randbelow(2**31) if seed is None else seed
     columns = (TextColumn("grading students"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[broken]} not gradable"), TimeRemainingColumn())
