@@ -104,7 +104,7 @@ def main() -> None:
     print(f"{'all, one exercise at a time':38s} {calls:5d} {graded:8.2f}s {direct * 1000:7.1f}ms "
           f"{graded - direct:8.2f}s {(graded - direct) / max(calls, 1) * 1000:7.2f}ms")
     if len(rows) > 2:
-        # Graded time as a fixed cost per grade (a pytest session, a fork
+        # Graded time as a fixed cost per grade (the checks' fixtures, a fork
         # server, the worker that loads the file) plus a cost per call.
         slope, intercept = statistics.linear_regression([c for c, _ in rows], [g for _, g in rows])
         print(f"least-squares fit: {intercept * 1000:.1f} ms per grade + {slope * 1000:.2f} ms per call")

@@ -3,7 +3,7 @@
 
 Each check is a test function marked with the exercise it judges and whose
 docstring is the sentence a student reads. Fixtures (from
-``grader.plugin``): ``submission`` (the student's module, run in a worker),
+``grader.check_runner``): ``submission`` (the student's module, run in a worker),
 ``reference`` (the reference solution), ``bugs`` (known wrong versions, for
 hints) and ``inputs`` (seeded random tensors). Everything here computes on
 the CPU; the worker runs the student's code on the device being graded.
@@ -39,7 +39,7 @@ class Oracles:
     ``grader/chapters/chNN/oracles.py``'s ``attention(q, k, v)``, computed in the
     instructor's tree, computed and recorded while ``release`` records, and
     recorded in the student edition: as the grade's mode answers (``recorded.Mode``),
-    which the grading plugin hands over when it collects the chapter's checks
+    which ``check_runner.ChapterRun`` hands over before it runs the chapter's checks
     (``answer_in``). Arguments are data (tensors, numbers, strings, tuples),
     since a recorded answer is found by them."""
 
@@ -48,7 +48,7 @@ class Oracles:
         self._mode: recorded.Mode | None = None
 
     def answer_in(self, mode: recorded.Mode) -> None:
-        """Answer as ``mode`` does, for the checks of the session that collects them."""
+        """Answer as ``mode`` does, for the checks of the run about to start."""
         self._mode = mode
 
     def __getattr__(self, name: str):

@@ -2,8 +2,9 @@
 
 ``grade`` is what ``mha-course grade`` calls, and what the other front ends
 (batch grading, Gradescope, the notebook's ``check()``) call too. It runs
-each chapter's checks in a pytest session of its own, chapters side by side
-in forked copies of this process (``grader.side_by_side``); student code runs only
+each chapter's checks (``grader.check_runner``: pytest collects them once
+per process, the grader calls them), chapters side by side in forked copies
+of this process (``grader.side_by_side``); student code runs only
 in the workers that ``RemoteSubmission`` has forked, and nothing they start
 outlives the grade (``grader.reaping``).
 
@@ -19,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import io
-import os
 import re
 import secrets
 import sys
@@ -29,15 +28,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import torch
 
 from grader import forkserver, reaping, recorded, static_scan
-from grader.catalog import GRADING_DIR, META_RUN_PRELOAD, Chapter, Exercise
+from grader.catalog import META_RUN_PRELOAD, Chapter, Exercise
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
-from grader.plugin import CheckResult, GradingPlugin
+from grader.check_runner import ChapterRun, CheckResult, CollectionError
 from grader.remote_submission import Printed, RemoteSubmission
 from grader.sandbox import Limits, fork_server, preload  # noqa: F401 - preload: for callers that grade
 from grader.side_by_side import ForkedCopyDied, one_thread, run_side_by_side
@@ -348,20 +346,22 @@ def _check_chapter(chapter: Chapter, parsed: Submission | SubmissionError, run: 
     """Run one chapter's checks, with workers from ``forks``: what they found."""
     preloaded = _preloaded_copy(chapter, parsed, run, forks)
     remote = RemoteSubmission(chapter, parsed, run.limits, run.device, forks.server, preloaded)
-    plugin = GradingPlugin(remote, run.seed, run.mode, run.only)
+    checks = ChapterRun(remote, run.seed, run.mode, run.only)
     try:
-        _run_checks(chapter, plugin)
+        checks.run()
+    except CollectionError as error:
+        raise GraderError(str(error)) from None
     finally:
         remote.close()
     printed = {where: text for where, text in remote.printed.items() if text}
-    return _Checked(chapter.id, plugin.results, remote.notes, printed)
+    return _Checked(chapter.id, checks.results, remote.notes, printed)
 
 
 def _preloaded_copy(chapter: Chapter, parsed: Submission | SubmissionError, run: _Run,
                     forks: _Forks) -> ForkServer | None:
     """A copy of the fork server that imports, while the other checks run,
     what the chapter's exercises preload (``Exercise.preload``) and what its
-    portability check's meta runs need (``META_RUN_PRELOAD``: the plugin runs
+    portability check's meta runs need (``META_RUN_PRELOAD``: ``check_runner`` runs
     that check last); or None where there is nothing to import: the server
     has it already (a batch, ``verify`` and ``watch`` import it before they
     fork the clean parent or the server: ``sandbox.preload``; a grade in
@@ -391,60 +391,6 @@ def _grading_cost(chapter: Chapter) -> int:
     would hold their text, which is why none is, under a clean parent.)"""
     checks = chapter.checks.read_text(encoding="utf-8").count("\ndef test_")
     return checks + chapter.extra_cost
-
-
-def _run_checks(chapter: Chapter, plugin: GradingPlugin) -> None:
-    """One pytest session over the chapter's check file, silent on stdout."""
-    arguments = [
-        str(chapter.checks),
-        "-c", str(GRADING_DIR / "pytest.ini"),  # never a config file of the submission's
-        # Its own folder, so a check's id is "test_ch01_self_attention.py::name",
-        # which seeds its inputs (``Inputs``) and keys its recorded answers.
-        "--rootdir", str(chapter.checks.parent),
-        "--noconftest",  # a conftest.py next to a submission is never loaded
-        "--import-mode=importlib",
-        "--assert=plain",  # checks raise CheckFailure: rewriting their asserts is work for nothing
-        # Plugins a grading run has no use for; unraisableexception alone
-        # runs gc.collect() over everything at the end of the session.
-        *("-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:unraisableexception",
-          "-p", "no:threadexception", "-p", "no:faulthandler", "-p", "no:doctest",
-          "-p", "no:junitxml", "-p", "no:pastebin", "-p", "no:logging"),
-        "--capture=no",
-        "-q",
-    ]
-    output = io.StringIO()
-    with _pytest_environment(), contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        code = pytest.main(arguments, plugins=[plugin])
-    if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: pytest caught it, the caller should too
-        raise KeyboardInterrupt
-    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        raise GraderError(f"the checks could not run (pytest exit {int(code)}):\n{output.getvalue()}")
-
-
-# What pytest reads from the environment, as the checks' session has it:
-# no installed plugin, and none of the caller's options or plugins (a
-# PYTEST_ADDOPTS set for the course's own test suite, say). None: unset.
-PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
-
-
-@contextlib.contextmanager
-def _pytest_environment() -> Iterator[None]:
-    """``PYTEST_ENVIRONMENT`` in ``os.environ`` while the checks run; the
-    caller's values again after."""
-    previous = {name: os.environ.get(name) for name in PYTEST_ENVIRONMENT}
-
-    def put(values: dict[str, str | None]) -> None:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-    put(PYTEST_ENVIRONMENT)
-    try:
-        yield
-    finally:
-        put(previous)
 
 
 def _in_few_words(message: str, width: int = 90) -> str:

@@ -2,7 +2,7 @@
 
 A lesson's section on grading holds, between two marker lines, one list per
 exercise of the sentences its checks report, each check's docstring (its
-first line, as ``plugin.check_title`` shows it):
+first line, as ``check_runner.check_title`` shows it):
 
     <!-- checks: begin -->
     (written by ``mha-course build``)
