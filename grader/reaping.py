@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -39,13 +38,24 @@ def _processes() -> dict[int, tuple[int, str, str]]:
             if not entry.isdigit():
                 continue
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                stat = _read_stat(entry)
             except OSError:
                 continue
-            fields = stat[stat.rfind(")") + 2:].split()  # the name before it may hold ") "
+            fields = stat[stat.rfind(b")") + 2:].split()  # the name before it may hold ") "
             if len(fields) > 19:
-                found[int(entry)] = (int(fields[1]), fields[19], fields[0])
+                found[int(entry)] = (int(fields[1]), fields[19].decode(), fields[0].decode())
     return found
+
+
+def _read_stat(pid: str) -> bytes:
+    """/proc/PID/stat's bytes, read with two system calls: a grade reads
+    every process's twice or more, and ``Path.read_text`` took three times
+    as long (5 ms for 100 processes)."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def _below(table: dict[int, tuple[int, str, str]], roots: set[int]) -> set[int]:
