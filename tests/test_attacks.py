@@ -31,11 +31,13 @@ import pytest
 import grader.forkserver
 import grader.isolation
 import grader.sandbox
-from conftest import DEVICE_OPTION, SOLUTION, STUB, affected_by, replace_function, solution_source
+from conftest import (DEVICE, DEVICE_OPTION, FAST, SOLUTION, STUB, affected_by, replace_function,
+                      solution_source)
 from grader import reaping
 from grader.batch import CSV_FILE, GradingOptions, run_batch
 from grader.batch_state import STATE_FILE
 from grader.catalog import COURSE_ROOT, find_chapter
+from grader.grading import GradeReport, grade
 
 CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
 REFERENCE = CH01.solution()
@@ -357,6 +359,46 @@ def grade_attack(grade_source, attack: Attack, base: str | None = None):
     return report
 
 
+def grading_in(folder: Path):
+    """conftest's ``grade_source`` (``DEVICE``, ``FAST``, its seed), writing the
+    submission in ``folder``, not in a test's ``tmp_path``: for a grade that
+    outlives the test that made it (``attack_report``)."""
+
+    def run(source: str, chapter: str = "ch01") -> GradeReport:
+        target = find_chapter(chapter)
+        folder.mkdir(exist_ok=True)
+        path = folder / target.file_name
+        path.write_text(source, encoding="utf-8")
+        return grade([(target, path)], DEVICE, limits=FAST, seed=1234)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def attack_report(tmp_path_factory):
+    """``attack_report(attack)``: ``grade_attack``'s report on ``attack`` in a
+    student's grade, each attack graded once for the module.
+
+    Shared because the corpus's two tests of a student's grade asked for the
+    same grade (the same file, seed, limits and device): one asserts that the
+    target scores nothing and every other exercise keeps its points, the other
+    what stopped it. Reading both from one grade asserts all of it, with half
+    the grades. ``grade_attack``'s own assertions (the bound, nothing left
+    running, the grader untouched) are made on the grade when it is made; one
+    that fails them is not kept, so the next test that asks grades again and
+    fails too. The grades without the kernel's layers (``unconfined``) are
+    different grades, and keep their own."""
+    folder = tmp_path_factory.mktemp("attacks")
+    reports: dict[str, GradeReport] = {}
+
+    def report_on(attack: Attack) -> GradeReport:
+        if attack.name not in reports:
+            reports[attack.name] = grade_attack(grading_in(folder / attack.name), attack)
+        return reports[attack.name]
+
+    return report_on
+
+
 def grader_untouched() -> None:
     """No worker wrote into the grader's folder (on a kernel without
     Landlock one could: the probe is removed, and only there allowed)."""
@@ -369,10 +411,12 @@ def grader_untouched() -> None:
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda attack: attack.name)
-def test_every_attack_scores_nothing_on_its_target(grade_source, attack):
+def test_every_attack_scores_nothing_on_its_target(attack_report, attack):
+    """The target scores 0, every exercise that does not build on it passes,
+    within the bound, with nothing left running and the grader untouched."""
     if attack.stopped_by == "kernel" and not grader.isolation.BUDGET_COUNTED:
         pytest.skip("the kernel counts a call's memory on Linux only")
-    others_keep_their_points(grade_attack(grade_source, attack), attack)
+    others_keep_their_points(attack_report(attack), attack)
 
 
 @kernel_layers
@@ -398,9 +442,11 @@ def test_every_attack_scores_nothing_on_its_target(grade_source, attack):
     ("scores-kept-in-shared-memory", "needed more than 24 MiB at once"),
     ("memory-set-aside-at-import", "needed more than 24 MiB at once"),
 ])
-def test_what_stops_each_attack_is_named(grade_source, name, fragment):
+def test_what_stops_each_attack_is_named(attack_report, name, fragment):
+    """One of the target's failed checks names what stopped the attack (read
+    from the grade ``test_every_attack_scores_nothing_on_its_target`` made)."""
     attack = BY_NAME[name]
-    report = grade_attack(grade_source, attack)
+    report = attack_report(attack)
     target = next(result for result in report.exercises if result.exercise.name == attack.target)
     assert any(fragment in check.message for check in target.failed_checks), target.failed_checks[0].message
 
