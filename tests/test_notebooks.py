@@ -336,26 +336,92 @@ def test_a_stub_that_autosave_touched_loses_to_the_file_with_work(tmp_path):
 
 # -- in Jupyter ----------------------------------------------------------------------------
 
+# Run before each notebook in the shared kernel (``Kernel``), to make its namespace
+# what a fresh kernel's is: no name that a notebook run before it defined (a notebook
+# that forgot an import still fails), and the notebook's own folder as the working
+# directory (check() looks for the saved notebook there). It leaves no name of its own.
+FRESH_NAMESPACE = """
+get_ipython().reset(new_session=True)
+__import__("os").chdir({folder!r})
+"""
 
-def execute(path, allow_errors: bool) -> nbformat.NotebookNode:
-    """Run a notebook top to bottom in a real kernel, in its own folder. An
-    error in a try or plot cell does not stop it (their tag says so, as it
-    does for Run All in JupyterLab), so without ``allow_errors`` no cell may
-    show one."""
-    nbclient = pytest.importorskip("nbclient")
-    notebook = read(path)
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                                     allow_errors=allow_errors,
-                                     resources={"metadata": {"path": str(path.parent)}})
-    # The kernel runs in the notebook's folder: put this tree first on its path, so that
-    # check() grades with this tree's grader, not with another checkout installed in
-    # editable mode (a git worktree, say).
-    paths = [str(COURSE_ROOT), os.environ.get("PYTHONPATH", "")]
-    client.execute(env={**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)})
-    if not allow_errors:
-        assert not [output for cell in notebook.cells for output in cell.get("outputs", ())
-                    if output.output_type == "error"]
-    return notebook
+
+class Kernel:
+    """One Jupyter kernel that runs the notebooks of this file's tests one
+    after another, each in a namespace emptied first and in its own folder.
+
+    Why shared: a kernel costs seconds to start and to shut down, and each
+    notebook's first cell imports torch, a few seconds more; with one kernel a
+    notebook, these were most of this file's time. What the tests assert
+    stays what a fresh kernel shows: no name from an earlier notebook is left
+    (``FRESH_NAMESPACE``), the grading cell's check() grades in a process of its
+    own as always, and a notebook that changes the kernel's modules (a patched
+    torch.allclose) runs with ``changes_modules`` and takes the kernel with it:
+    the next notebook starts a new one."""
+
+    def __init__(self):
+        self.manager = None  # started by the first notebook run, with that notebook's client
+
+    def run(self, path, allow_errors: bool, changes_modules: bool = False) -> nbformat.NotebookNode:
+        """Run a notebook top to bottom in the kernel, in its own folder. An
+        error in a try or plot cell does not stop it (their tag says so, as it
+        does for Run All in JupyterLab), so without ``allow_errors`` no cell may
+        show one."""
+        nbclient = pytest.importorskip("nbclient")
+        if self.manager is None:
+            self.manager = nbclient.NotebookClient(nbformat.v4.new_notebook(),
+                                                   kernel_name="python3").create_kernel_manager()
+        try:
+            fresh = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+                FRESH_NAMESPACE.format(folder=str(path.parent)))])
+            self._execute(fresh, path.parent, allow_errors=False)
+            notebook = self._execute(read(path), path.parent, allow_errors)
+        except nbclient.exceptions.CellExecutionError:
+            if changes_modules:
+                self.stop()
+            raise  # a cell's error: the kernel itself is fine
+        except BaseException:
+            self.stop()  # dead, or still busy after a timeout: the next notebook gets a new kernel
+            raise
+        if changes_modules:
+            self.stop()
+        if not allow_errors:
+            assert not [output for cell in notebook.cells for output in cell.get("outputs", ())
+                        if output.output_type == "error"]
+        return notebook
+
+    def _execute(self, notebook, folder, allow_errors: bool) -> nbformat.NotebookNode:
+        import nbclient
+
+        client = nbclient.NotebookClient(notebook, km=self.manager, timeout=300, kernel_name="python3",
+                                         allow_errors=allow_errors,
+                                         resources={"metadata": {"path": str(folder)}})
+        # The kernel runs in the notebook's folder: put this tree first on its path, so that
+        # check() grades with this tree's grader, not with another checkout installed in
+        # editable mode (a git worktree, say). The environment is read where a notebook
+        # starts the kernel (the first, or the first after ``stop``): the same for all.
+        paths = [str(COURSE_ROOT), os.environ.get("PYTHONPATH", "")]
+        try:
+            return client.execute(env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)})
+        finally:
+            if client.kc is not None:  # the kernel is not the client's to stop; its channels are
+                client.kc.stop_channels()
+
+    def stop(self) -> None:
+        if self.manager is not None:
+            from nbclient.util import run_sync
+
+            manager, self.manager = self.manager, None
+            if manager.has_kernel:
+                run_sync(manager.shutdown_kernel)(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """The one kernel this file's notebooks run in (``Kernel``)."""
+    shared = Kernel()
+    yield shared
+    shared.stop()
 
 
 def grading_output(notebook) -> str:
@@ -367,55 +433,116 @@ def grading_output(notebook) -> str:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.id for c in CHAPTERS])
-def test_a_solved_notebook_runs_top_to_bottom_and_grades_full_marks(solved, chapter):
-    notebook = execute(solved / f"{chapter.module}.ipynb", allow_errors=False)
+def test_a_solved_notebook_runs_top_to_bottom_and_grades_full_marks(kernel, solved, chapter):
+    """Every cell of the solved notebook runs, none shows an error, and the
+    grading cell prints full marks."""
+    notebook = kernel.run(solved / f"{chapter.module}.ipynb", allow_errors=False)
     assert f"Total: {chapter.points} / {chapter.points} points" in grading_output(notebook)
 
 
-def test_the_stub_notebook_runs_in_jupyter_and_grades_zero(tmp_path):
+def test_the_stub_notebook_runs_in_jupyter_and_grades_zero(kernel, tmp_path):
+    """The untouched stub runs top to bottom with no cell showing an error, and
+    its grading cell prints zero points and no ``Out[n]:``."""
     path = tmp_path / f"{CH01.module}.ipynb"
     path.write_text((COURSE_ROOT / "exercises" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
-    notebook = execute(path, allow_errors=False)  # the try-it cells say "Not written yet" and go on
+    notebook = kernel.run(path, allow_errors=False)  # the try-it cells say "Not written yet" and go on
     assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
     # check() returns nothing, so Jupyter shows no stray `Out[n]: 1` under the table.
     assert not any(output.output_type == "execute_result" for output in notebook.cells[-1].outputs)
 
 
 RUN_ALL = """
-import json, sys
+import json, sys, traceback
+failed = False
 for path in sys.argv[1:]:
+    print("== notebook", path, flush=True)
     cells = [cell for cell in json.load(open(path, encoding="utf-8"))["cells"] if cell["cell_type"] == "code"]
     namespace = {"__name__": "__main__"}
-    for number, cell in enumerate(cells, start=1):
-        print(f"-- code cell {number}: {cell['metadata'].get('tags')}", flush=True)
-        exec(compile("".join(cell["source"]), f"{path}, code cell {number}", "exec"), namespace)
+    try:
+        for number, cell in enumerate(cells, start=1):
+            print(f"-- code cell {number}: {cell['metadata'].get('tags')}", flush=True)
+            exec(compile("".join(cell["source"]), f"{path}, code cell {number}", "exec"), namespace)
+    except BaseException:  # Run All stops this notebook here; the next notebook still runs
+        traceback.print_exc(file=sys.stdout)
+        failed = True
+        continue
     print("reached the end of", path, flush=True)
+sys.exit(1 if failed else 0)
 """
 
 
-def run_all(paths: list[str]) -> subprocess.CompletedProcess:
-    """Run every code cell of each notebook, in order, as Run All does; it
-    must end well. check() returns at once here (as in a worker)."""
-    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *paths], capture_output=True, text=True,
-                              cwd=COURSE_ROOT / "exercises", timeout=600,
+class RunAll:
+    """What ``RUN_ALL`` printed for each notebook, and how its process ended."""
+
+    def __init__(self, finished: subprocess.CompletedProcess):
+        self.finished = finished
+        self.output: dict[str, str] = {}
+        path = None
+        for line in finished.stdout.splitlines(keepends=True):
+            if line.startswith("== notebook "):
+                path = line[len("== notebook "):].rstrip("\n")
+            if path is not None:
+                self.output[path] = self.output.get(path, "") + line
+
+    def assert_reached_the_end(self, paths: list[str]) -> None:
+        """Each of ``paths`` ran to its last cell, and the process ended well
+        but for a notebook another test names."""
+        for path in paths:
+            assert f"reached the end of {path}" in self.output.get(path, ""), (
+                self.output.get(path, "")[-3000:] + self.finished.stderr[-3000:])
+        others = [path for path, output in self.output.items()
+                  if path not in paths and f"reached the end of {path}" not in output]
+        assert self.finished.returncode == 0 or others, self.finished.stderr[-3000:]
+
+
+STUB_NOTEBOOKS = [str(chapter.notebook()) for chapter in CHAPTERS]
+
+
+def notebooks_with_one_exercise_unwritten(solved, folder) -> list[str]:
+    """For each exercise of the course, its chapter's solved notebook with that
+    exercise's cell put back as the stub has it."""
+    paths = []
+    for chapter in CHAPTERS:
+        stub = read(chapter.notebook())
+        for exercise in chapter.exercises:
+            notebook = read(solved / f"{chapter.module}.ipynb")
+            at = exercise_cell(notebook, exercise.name)
+            notebook.cells[at].source = stub.cells[exercise_cell(stub, exercise.name)].source
+            path = folder / f"{chapter.id}_without_{exercise.name}.ipynb"
+            nbformat.write(notebook, path)
+            paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def run_all(solved, tmp_path_factory) -> tuple[RunAll, list[str]]:
+    """Every code cell of each notebook, in order, as Run All does, with
+    check() returning at once (as in a worker): the stub notebooks, then the
+    solved ones with one exercise unwritten (their paths are returned too).
+    Shared: one process runs both tests' notebooks, each in a namespace of its
+    own as before, which saves a Python start and a torch import; a notebook
+    that raises stops there and the next one runs, so that each test sees its
+    own notebooks' ends."""
+    unwritten = notebooks_with_one_exercise_unwritten(solved, tmp_path_factory.mktemp("unwritten"))
+    finished = subprocess.run([sys.executable, "-c", RUN_ALL, *STUB_NOTEBOOKS, *unwritten],
+                              capture_output=True, text=True, cwd=COURSE_ROOT / "exercises", timeout=600,
                               env={**os.environ, "PYTHONPATH": str(COURSE_ROOT), "MHA_COURSE_WORKER": "1"})
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-3000:]
-    return finished
+    return RunAll(finished), unwritten
 
 
-def test_run_all_on_the_stub_notebooks_reaches_the_grading_cell():
+def test_run_all_on_the_stub_notebooks_reaches_the_grading_cell(run_all):
     """Run All stops at the first cell that raises: in a stub, each try-it and
     plot cell says in a line that what it calls is not written yet, and the
     last cell, which grades, runs. The code cells run in order in one
     namespace, as a kernel runs them; check() returns at once here (as in a
     worker), since grading the stubs is tested elsewhere."""
-    paths = [str(chapter.notebook()) for chapter in CHAPTERS]
-    finished = run_all(paths)
-    for path in paths:
-        assert f"reached the end of {path}" in finished.stdout
+    ran, _ = run_all
+    ran.assert_reached_the_end(STUB_NOTEBOOKS)
     tried = sum(TRY in tags(cell) or "plot" in tags(cell) for chapter in CHAPTERS
                 for cell in read(chapter.notebook()).cells)
-    assert finished.stdout.count("Not written yet") + finished.stdout.count("Not drawn yet") == tried
+    said = sum(ran.output[path].count("Not written yet") + ran.output[path].count("Not drawn yet")
+               for path in STUB_NOTEBOOKS)
+    assert said == tried
 
 
 def test_check_returns_nothing_for_jupyter_to_show(tmp_path, capsys):
@@ -427,7 +554,7 @@ def test_check_returns_nothing_for_jupyter_to_show(tmp_path, capsys):
     assert "is empty: save the notebook" in capsys.readouterr().out
 
 
-def test_check_grades_the_saved_file_not_the_kernels_objects(solved, tmp_path):
+def test_check_grades_the_saved_file_not_the_kernels_objects(kernel, tmp_path):
     """A kernel that patched torch.allclose and defined a working softmax by
     hand still gets the verdict of the saved notebook, a stub."""
     stub = read(CH01.notebook())
@@ -439,26 +566,17 @@ def test_check_grades_the_saved_file_not_the_kernels_objects(solved, tmp_path):
         "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)")
     live.cells = [cell for cell in live.cells if not tags(cell) & {TRY, "plot"}]
     nbformat.write(live, tmp_path / "live.ipynb")
-    notebook = execute(tmp_path / "live.ipynb", allow_errors=True)
+    # It patches torch.allclose in the kernel: no later notebook may run there.
+    notebook = kernel.run(tmp_path / "live.ipynb", allow_errors=True, changes_modules=True)
     # The grading cell of live.ipynb calls check("ch01"): it finds the saved stub.
     assert f"Total: 0 / {CH01.points} points" in grading_output(notebook)
 
 
-def test_run_all_with_one_exercise_unwritten_reaches_the_grading_cell(solved, tmp_path):
+def test_run_all_with_one_exercise_unwritten_reaches_the_grading_cell(run_all):
     """A student who has written every exercise but one (any one) and runs
     all cells reaches the grade: a try or plot cell that takes something
     from the unwritten one's try cell (chapter 8's trained model) says so in
     a line instead of stopping Run All on another error."""
-    paths = []
-    for chapter in CHAPTERS:
-        stub = read(chapter.notebook())
-        for exercise in chapter.exercises:
-            notebook = read(solved / f"{chapter.module}.ipynb")
-            at = exercise_cell(notebook, exercise.name)
-            notebook.cells[at].source = stub.cells[exercise_cell(stub, exercise.name)].source
-            path = tmp_path / f"{chapter.id}_without_{exercise.name}.ipynb"
-            nbformat.write(notebook, path)
-            paths.append(str(path))
-    finished = run_all(paths)
-    for path in paths:
-        assert f"reached the end of {path}" in finished.stdout
+    ran, unwritten = run_all
+    assert len(unwritten) == sum(len(chapter.exercises) for chapter in CHAPTERS)
+    ran.assert_reached_the_end(unwritten)
