@@ -291,6 +291,11 @@ def run_batch(
     kept = len(grades)
     try:
         with clean_parent():  # after the imports above, before any student's grade reads a check
+            if len(pending) > 1:  # collected once here, not once per student (its parent forked)
+                from grader.check_runner import collected
+
+                for chapter in options.chapters:
+                    collected(chapter)
             grade_each(pending, options, max(1, jobs), done)
     finally:
         # Even when interrupted: what was graded is kept, and not graded again.
@@ -330,10 +335,10 @@ def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
     at a time, and call ``done(entry, grade)`` as each ends (``grade`` None:
     the process died).
 
-    This process reads neither the checks nor the reference nor the known
-    bugs: each student's grading starts from it, so nothing of another
-    student's run is in its memory; their workers come from the clean
-    parent (``sandbox.clean_parent``), where this process has one. A
+    Each student's grading starts from this process, so nothing of another
+    student's run is in its memory. No worker comes from it: their fork
+    servers come from the clean parent (``sandbox.clean_parent``), forked
+    before ``batch`` collects the checks here (once for every student). A
     student whose grading does not end within ``student_seconds`` is
     stopped, with everything it started, and gets a row that says so.
     """
