@@ -214,19 +214,6 @@ def unscanned(monkeypatch):
     monkeypatch.setattr(grader.static_scan, "notes", lambda chapter, submission, only=None: {})
 
 
-class NoScan:
-    """A static scan that finds nothing, for a command line that sets
-    ``grader.remote_submission.Scan = NoScan`` (tests/test_attacks.py). The scan runs in
-    ``grading``, not in ``remote_submission``, and only notes: that assignment changes
-    no grade. ``unscanned`` is what turns the notes off."""
-
-    def __init__(self, tree):
-        pass
-
-    def findings(self, exercise: str, forbidden) -> list:
-        return []
-
-
 # A "bug" that changes nothing: no check can catch it, so verify must say so.
 HARMLESS = KnownBug("softmax", "harmless-comment", "changes nothing",
                     "exps = torch.exp(x - shift)", "exps = torch.exp(x - shift)  # the same")
