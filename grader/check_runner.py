@@ -138,11 +138,12 @@ def _collect(path: Path) -> tuple[Check, ...]:
     ]
     collector = _Collector()
     output = io.StringIO()
+    before = set(sys.modules)
     try:
         with _pytest_environment(), contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             code = pytest.main(arguments, plugins=[collector])
     finally:
-        _forget_module_of(path)
+        _forget_module_of(path, set(sys.modules) - before)
     if code == pytest.ExitCode.INTERRUPTED and "Interrupted: " not in output.getvalue():
         raise KeyboardInterrupt  # Ctrl-C: pytest caught it, the caller should too
     if code != pytest.ExitCode.OK:
@@ -151,14 +152,14 @@ def _collect(path: Path) -> tuple[Check, ...]:
     return tuple(_check(item) for item in collector.items)
 
 
-def _forget_module_of(path: Path) -> None:
-    """Take the module pytest imported from ``path`` out of ``sys.modules``.
-    pytest names it after the file alone (its folder is the root) and would
-    hand it back for another file of that name, for this one rewritten, or,
-    half made, after this one failed to import. The collected checks keep
-    what they need of it."""
-    for name, module in list(sys.modules.items()):
-        if getattr(module, "__file__", None) == str(path):
+def _forget_module_of(path: Path, new: set[str]) -> None:
+    """Take the module pytest imported from ``path`` (among the ``new`` names
+    of ``sys.modules``) out of ``sys.modules``. pytest names it after the
+    file alone (its folder is the root) and would hand it back for another
+    file of that name, for this one rewritten, or, half made, after this one
+    failed to import. The collected checks keep what they need of it."""
+    for name in new:
+        if getattr(sys.modules.get(name), "__file__", None) == str(path):
             del sys.modules[name]
 
 

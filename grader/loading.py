@@ -254,12 +254,25 @@ def _local_modules(tree: ast.Module, folder: Path, module_name: str) -> dict[str
     installed. Imports where the grader never runs (``if __name__ ==
     "__main__":``) are not read."""
     chapters = {chapter.module for chapter in CHAPTERS} | {module_name}
+    if not _modules_beside(folder) - chapters:  # nothing there to import: no need to read every node
+        return {}
     found: dict[str, int] = {}
     for node in walk(tree):
         for name in _imported(node):
             if name not in chapters and _beside(folder, name) and not _installed(name):
                 found[name] = min(found.get(name, node.lineno), node.lineno)
     return dict(sorted(found.items(), key=lambda item: item[1]))
+
+
+def _modules_beside(folder: Path) -> set[str]:
+    """The names of the modules ``folder`` holds (``name.py``, a folder with
+    an ``__init__.py``), as ``_beside`` finds them."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return set()
+    return {entry.stem for entry in entries if entry.suffix == ".py" and entry.is_file()} | \
+        {entry.name for entry in entries if (entry / "__init__.py").is_file()}
 
 
 def _installed(name: str) -> bool:
