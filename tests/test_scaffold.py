@@ -213,15 +213,55 @@ def _per_chapter_tests(collected: str) -> dict[str, set[str]]:
     return {test: ids for test, ids in found.items() if {chapter.id for chapter in CHAPTERS} <= ids}
 
 
+# After a pytest run, on the line after this one, the test ids it collected before
+# ``-k`` chose which to run, as ``--collect-only -q`` lists them, and the collection errors.
+COLLECTED = "-- collected --"
+_COLLECTING = f"""
+import json, sys
+import pytest
+
+
+class Collected:
+    def __init__(self):
+        self.ids, self.errors = [], []
+
+    @pytest.hookimpl(tryfirst=True)  # before -k deselects
+    def pytest_collection_modifyitems(self, items):
+        self.ids = [item.nodeid for item in items]
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append(report.nodeid)
+
+
+collected = Collected()
+code = pytest.main(sys.argv[1:], plugins=[collected])
+print({COLLECTED!r})
+print(json.dumps({{"ids": collected.ids, "errors": collected.errors}}))
+sys.exit(code)
+"""
+
+
+def _collect_and_run(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    """``pytest ARGS`` in the copy, its stdout followed by ``COLLECTED`` and
+    what the run collected (``{"ids": [...], "errors": [...]}``)."""
+    return _run(copy, "-c", _COLLECTING, *args)
+
+
 def test_a_new_chapter_is_covered_by_every_per_chapter_test_and_a_missing_part_is_named(tmp_path):
     copy = _course_copy(tmp_path)
     _add_chapter_nine(copy)
     assert _run(copy, "-c", "import grader; print(grader.__file__)").stdout.startswith(str(copy))
 
-    # (a) Each test parametrized over the chapters has a ch09 case too.
-    collected = _run(copy, "-m", "pytest", "--collect-only", "-q", "-n0")
-    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-2000:]
-    per_chapter = _per_chapter_tests(collected.stdout)
+    # (a) Each test parametrized over the chapters has a ch09 case too, and (b) it has
+    # every part: one pytest run of the copy gives both (a start of pytest there, with
+    # its conftest, is 10 s), collecting the whole suite (testpaths) as
+    # ``--collect-only`` did, and running the part tests of ch09 alone (``_collect_and_run``).
+    run = _collect_and_run(copy, "-q", "-n0", "-k", "test_chapter_parts and ch09")
+    assert COLLECTED in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    collected = json.loads(run.stdout.rsplit(COLLECTED, 1)[1])
+    assert collected["errors"] == [], run.stdout[-3000:] + run.stderr[-2000:]
+    per_chapter = _per_chapter_tests("\n".join(collected["ids"]))
     assert len(per_chapter) >= 20 and {
         "tests/test_chapter_parts.py::test_the_chapter_has_the_part",
         "tests/test_lessons.py::test_every_known_bug_is_named_by_a_pitfall_of_its_lesson",
@@ -231,8 +271,8 @@ def test_a_new_chapter_is_covered_by_every_per_chapter_test_and_a_missing_part_i
     assert sorted(test for test, ids in per_chapter.items() if "ch09" not in ids) == []
 
     # (b) It has every part.
-    parts = _run(copy, "-m", "pytest", "-q", "-n0", "tests/test_chapter_parts.py", "-k", "ch09")
-    assert parts.returncode == 0 and f"{len(PARTS)} passed" in parts.stdout, parts.stdout[-3000:]
+    parts = run.stdout.rsplit(COLLECTED, 1)[0]
+    assert run.returncode == 0 and f"{len(PARTS)} passed" in parts, parts[-3000:]
 
     # (c) A part taken away fails the test that looks for it, which names it.
     (copy / "tests" / "correct_styles" / "ch09_expand.py").unlink()
