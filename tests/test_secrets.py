@@ -37,7 +37,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy
-import pytest
 
 from conftest import EDITION_SEED, replace_function
 from grader.catalog import COURSE_ROOT, find_chapter
@@ -231,22 +230,31 @@ def found_in(output: str, secrets: dict[str, str] | None = None) -> dict[str, st
     return found
 
 
+# ``in_libraries``'s answers so far, ``{text: whether a library holds it}``: a scan of
+# the libraries' code reads every file of them (2.5 s of CPU), and the searches of
+# this file's tests report the same few lines, so each is looked for once a process.
+_IN_LIBRARIES: dict[str, bool] = {}
+
+
 def in_libraries(texts: set[str]) -> set[str]:
     """Those of ``texts`` that are a line of the Python code a worker
     imports besides the course's (the standard library, torch, NumPy): a
     worker may hold any of those."""
     import torch
 
+    unknown = set(texts) - _IN_LIBRARIES.keys()
     found: set[str] = set()
-    for folder in {Path(os.__file__).parent, Path(torch.__file__).parent, Path(numpy.__file__).parent}:
-        for path in folder.rglob("*.py"):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            if any(line in text for line in texts - found):  # a few whole lines are checked, the rest skipped
-                found |= texts & {line.strip() for line in text.splitlines()}
-    return found
+    if unknown:
+        for folder in {Path(os.__file__).parent, Path(torch.__file__).parent, Path(numpy.__file__).parent}:
+            for path in folder.rglob("*.py"):
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if any(line in text for line in unknown - found):  # a few lines checked whole, the rest skipped
+                    found |= unknown & {line.strip() for line in text.splitlines()}
+        _IN_LIBRARIES.update((line, line in found) for line in unknown)
+    return {line for line in texts if _IN_LIBRARIES[line]}
 
 
 def assert_nothing_secret(output: str, secrets: dict[str, str] | None = None) -> None:
@@ -260,7 +268,8 @@ def test_the_search_finds_a_secret_where_there_is_one(tmp_path):
     (conftest), and ``grading.grade`` called as a library forks its workers'
     server from the calling process; the search finds most of chapter 1's
     reference there."""
-    reference = {key: text for key, text in secrets_by_id().items() if text in texts_of(CH01.solution())}
+    solution = texts_of(CH01.solution())  # read once, not once a secret (10 s of CPU)
+    reference = {key: text for key, text in secrets_by_id().items() if text in solution}
     path = tmp_path / CH01.file_name
     path.write_text(searching(CH01, reference), encoding="utf-8")
     report = grade([(CH01, path)], limits=Limits.per_check(30), seed=1, only={CH01.exercises[0].name})
