@@ -32,10 +32,10 @@ import torch
 
 from grader import forkserver, reaping, recorded, static_scan
 from grader.catalog import META_RUN_PRELOAD, Chapter, Exercise
+from grader.check_runner import ChapterRun, CheckResult, CollectionError
 from grader.forkserver import ForkServer, ForkServerError
 from grader.loading import Submission, SubmissionError, load_submission
 from grader.outcomes import Failure, Status
-from grader.check_runner import ChapterRun, CheckResult, CollectionError
 from grader.remote_submission import Printed, RemoteSubmission
 from grader.sandbox import Limits, fork_server, preload  # noqa: F401 - preload: for callers that grade
 from grader.side_by_side import ForkedCopyDied, one_thread, run_side_by_side

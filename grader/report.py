@@ -19,9 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.catalog import COURSE_ROOT, Chapter, gradescope_test_name
+from grader.check_runner import CheckResult
 from grader.grading import ExerciseResult, GradeReport
 from grader.outcomes import Failure, Status
-from grader.check_runner import CheckResult
 from grader.remote_submission import TOP_LEVEL
 
 if TYPE_CHECKING:  # verify's table only: a grade, which prints a report, never imports verify (nor build)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from grader.catalog import find_chapter
+from grader.check_runner import CheckResult
 from grader.compare import CheckFailure, expect_close, unpack
 from grader.grading import _verdict
 from grader.outcomes import Failure, Status
-from grader.check_runner import CheckResult
 
 
 def message_of(got, expected, **options) -> CheckFailure:

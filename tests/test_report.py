@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 from conftest import CH01, FAST, SOLUTION, replace_function, result_of, statuses
+from grader.check_runner import CheckResult
 from grader.grading import ExerciseResult, GradeReport, grade
 from grader.outcomes import Failure, Status
-from grader.check_runner import CheckResult
 from grader.report import print_table
 
 WIDTHS = (80, 100, 140)
