@@ -7,10 +7,10 @@ the check's inputs and keys its recorded answers). A grade then calls the
 collected checks itself (``ChapterRun``), giving them their fixtures
 (``submission``, ``reference``, ``bugs``, ``inputs``) and recording, for each
 check, its exercise, its outcome and the one sentence a student reads. A
-pytest session for each chapter of each grade cost the grading process
-about 0.2 s of CPU a chapter (its protocol 2 to 4 ms a check, its
-collection 0.1 to 0.2 s), paid again and again by a process that grades
-many times (``watch``, ``batch``, ``verify``). Nothing here trusts the
+pytest session for each chapter of each grade cost a process that grades
+many times (``watch``, ``batch``, ``verify``, the course's tests) about
+0.2 s of CPU a chapter and grade, most of it collecting again; a single
+``grade`` collects each chapter once either way. Nothing here trusts the
 submission: its code runs in workers, and outcomes are recorded in this
 process only.
 """
