@@ -188,19 +188,28 @@ def assert_fails_alone(report: GradeReport, exercise: str, chapter: Chapter = CH
     return result.failed_checks[0].message
 
 
-@pytest.fixture
-def grade_source(tmp_path: Path):
-    """``grade_source(text)`` grades ``text`` as a chapter 1 submission, on
-    ``DEVICE``; ``grade_source(text, chapter="ch03")`` as one for another chapter."""
+def grading_in(folder: Path):
+    """``grading_in(folder)(text)`` grades ``text`` as a chapter 1 submission
+    written in ``folder``, on ``DEVICE``; ``(text, chapter="ch03")`` as one for
+    another chapter. ``grade_source`` is this in a test's ``tmp_path``; a grade
+    that outlives its test (test_attacks' ``attack_report``) takes a folder of its own."""
 
     def run(source: str, limits: Limits = FAST, seed: int = 1234, chapter: str = "ch01",
             only: set[str] | None = None) -> GradeReport:
         target = find_chapter(chapter)
-        path = tmp_path / target.file_name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / target.file_name
         path.write_text(source, encoding="utf-8")
         return grade([(target, path)], DEVICE, limits=limits, seed=seed, only=only)
 
     return run
+
+
+@pytest.fixture
+def grade_source(tmp_path: Path):
+    """``grade_source(text)`` grades ``text`` as a chapter 1 submission, on
+    ``DEVICE``; ``grade_source(text, chapter="ch03")`` as one for another chapter."""
+    return grading_in(tmp_path)
 
 
 @pytest.fixture

@@ -31,13 +31,12 @@ import pytest
 import grader.forkserver
 import grader.isolation
 import grader.sandbox
-from conftest import (DEVICE, DEVICE_OPTION, FAST, SOLUTION, STUB, affected_by, replace_function,
-                      solution_source)
+from conftest import DEVICE_OPTION, SOLUTION, STUB, affected_by, grading_in, replace_function, solution_source
 from grader import reaping
 from grader.batch import CSV_FILE, GradingOptions, run_batch
 from grader.batch_state import STATE_FILE
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.grading import GradeReport, grade
+from grader.grading import GradeReport
 
 CH01, CH03, CH04 = find_chapter("ch01"), find_chapter("ch03"), find_chapter("ch04")
 REFERENCE = CH01.solution()
@@ -357,21 +356,6 @@ def grade_attack(grade_source, attack: Attack, base: str | None = None):
     nothing_left_running()
     grader_untouched()
     return report
-
-
-def grading_in(folder: Path):
-    """conftest's ``grade_source`` (``DEVICE``, ``FAST``, its seed), writing the
-    submission in ``folder``, not in a test's ``tmp_path``: for a grade that
-    outlives the test that made it (``attack_report``)."""
-
-    def run(source: str, chapter: str = "ch01") -> GradeReport:
-        target = find_chapter(chapter)
-        folder.mkdir(exist_ok=True)
-        path = folder / target.file_name
-        path.write_text(source, encoding="utf-8")
-        return grade([(target, path)], DEVICE, limits=FAST, seed=1234)
-
-    return run
 
 
 @pytest.fixture(scope="module")
