@@ -4,20 +4,15 @@ Apart from tests/test_release.py so that its one long test (a second verify
 run, in the edition's replay mode) runs beside that file's: it reads the
 suite's student edition (conftest's ``edition``) and the suite's verify run
 in this tree (conftest's ``verification``), each computed once per suite.
+Using both, it may take conftest's SHARED_TIMEOUT, as it may compute them.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from conftest import ADDED_BUGS, VERIFY_SEED
 from grader import recorded
 
 
-# A verify run in the edition's mode, after the suite's verify run and the edition
-# (each computed here when no other test process got to it first): 294 s in CI, with
-# both computed here, at pytest-timeout's 300 s for a hang.
-@pytest.mark.timeout(900)
 def test_the_edition_catches_every_known_bug_as_the_tree_does(edition, verification, monkeypatch):
     """verify in the edition's mode (answers of the reference and the oracles
     replayed, never computed) fails the same checks for every known bug as
