@@ -11,6 +11,14 @@ down or speeds up during the benchmark affects them alike; the figures are
 medians of wall time, and of CPU time (the command's and all its
 processes'), which a busy machine disturbs less.
 
+A second reference is timed beside the bare import: ``import torch`` with
+the modules that the chapters' correct code imports on its own
+(``Exercise.preload``: chapter 8's optimizer imports ``torch._dynamo``,
+which costs about as much as torch itself). A grade of such a chapter
+cannot end before that import has, whatever the grader does, so its
+ratio is the floor of that chapter's grade and of the whole course's; the
+last line says how far above it each stands.
+
 Memory is measured in one more, untimed, run: a grade is several processes
 (the grader, its copies grading chapters side by side, fork servers,
 workers) that share most of their pages, so besides the largest single
@@ -36,6 +44,19 @@ GRADE = [sys.executable, "-m", "grader", "grade", "--solutions", "--seed", "0"]
 IMPORT = "python -c 'import torch'"
 WHOLE = "mha-course grade --solutions"
 BASELINE = "the baseline's grade --solutions"
+
+
+def preloading() -> dict[str, tuple[str, ...]]:
+    """The chapters whose correct code imports modules on its own, at a
+    cost (``Exercise.preload``), and those modules."""
+    from grader.catalog import CHAPTERS
+
+    return {chapter.id: names for chapter in CHAPTERS
+            if (names := tuple(dict.fromkeys(name for exercise in chapter.exercises for name in exercise.preload)))}
+
+
+PRELOADED = ", ".join(dict.fromkeys(name for names in preloading().values() for name in names))
+FLOOR = f"python -c 'import torch, {PRELOADED}'"
 
 
 def machine() -> str:
@@ -78,6 +99,12 @@ def print_ratios(walls: dict[str, list[float]], cpus: dict[str, list[float]]) ->
         median = statistics.median(values)
         print(f"{name:40s} median {median:5.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
               f"  ratio {median / base:4.2f}  CPU {statistics.median(cpus[name]):5.2f} s")
+    floor = statistics.median(walls[FLOOR])
+    bound = [WHOLE, *(f"mha-course grade {chapter} --solutions" for chapter in preloading())]
+    above = ", ".join(f"{'whole course' if name == WHOLE else name.split()[2]} "
+                      f"{statistics.median(walls[name]) / floor:.2f}" for name in bound if name in walls)
+    print(f"floor of a grade of {', '.join(preloading())}: their correct code imports {PRELOADED} "
+          f"(ratio {floor / base:4.2f}); each such grade over it: {above}")
     if BASELINE in walls:
         for what, times in (("wall", walls), ("CPU", cpus)):
             ratios = [ours / theirs for ours, theirs in zip(times[WHOLE], times[BASELINE])]
@@ -133,7 +160,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the checks run")
     options = parser.parse_args()
     grade = [*GRADE, "--device", options.device]
-    commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY), WHOLE: (grade, REPOSITORY)}
+    commands = {IMPORT: ([sys.executable, "-c", "import torch"], REPOSITORY),
+                FLOOR: ([sys.executable, "-c", f"import torch, {PRELOADED}"], REPOSITORY),
+                WHOLE: (grade, REPOSITORY)}
     if options.baseline is not None:
         if not (options.baseline / "grader" / "__main__.py").is_file():
             parser.error(f"{options.baseline} is not a checkout of the course")
