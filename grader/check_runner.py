@@ -61,6 +61,7 @@ class CheckResult:
     message: str = ""
     kind: Failure | None = None
     hint: str | None = None
+    relation: str | None = None  # where ``hint`` is a relation's (``grader.relations``), its names
     summary: str = ""  # a mismatch in a few words: where, how large
     details: str = ""  # a grader error's traceback, for --verbose
     reached: tuple[str, ...] = ()  # the exercises it builds on that the check's calls ran
@@ -337,6 +338,7 @@ class ChapterRun:
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
+            result.relation = error.relation if error.hint else None
         else:
             result.outcome, result.kind = "failed", Failure.GRADER_ERROR
             result.message = (f"the grader itself failed in this check "

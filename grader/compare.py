@@ -41,12 +41,13 @@ class CheckFailure(AssertionError):
     """
 
     def __init__(self, message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None,
-                 summary: str = ""):
+                 summary: str = "", relation: str | None = None):
         super().__init__(message)
         self.message = message
         self.kind = Failure(kind)
-        self.hint = hint  # "looks like ...": the known bug the value matches
+        self.hint = hint  # "looks like ...": the known bug the value matches, or a relation's sentence
         self.summary = summary  # what differed in a few words, for a table cell
+        self.relation = relation  # where the hint is a relation's (grader.relations): its names, "+"-joined
 
 
 def fail(message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None, summary: str = "") -> None:

@@ -1,0 +1,141 @@
+"""How often a failing answer gets a hint that names its mistake.
+
+Run by hand: ``python bench/hints.py [--seed N] [--jobs N] [--chapters ch01 ...]
+[--verbose]``. Two sets of mistakes are graded, each edit of the reference
+solution on its own, against its exercise's checks only (as ``verify``
+grades the known bugs):
+
+* the corpus of mistakes no known bug catalogues (``tests/mistakes/``),
+  each with the relation (``grader.relations``) whose hint it should get:
+  the share of the caught ones that get it, and the number that get a
+  wrong hint instead (a relation that is not theirs, or a known bug's
+  hint);
+* the known-bug catalog, graded twice, with relations and without them:
+  the number of bugs whose checks' hints differ (relations must leave the
+  catalog's hints as they were).
+
+A mistake's hints are those of its exercise's failed checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader import relations
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.grading import grade
+from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.sandbox import preload
+from grader.side_by_side import forked_pool
+
+CORPUS = COURSE_ROOT / "tests" / "mistakes"
+
+
+def corpus(chapter_id: str) -> tuple:
+    """The chapter's ``MISTAKES`` (``tests/mistakes/chNN.py``), or none."""
+    path = CORPUS / f"{chapter_id}.py"
+    if not path.is_file():
+        return ()
+    sys.path.insert(0, str(CORPUS.parent))  # its ``from mistakes import Mistake``
+    try:
+        spec = importlib.util.spec_from_file_location(f"mistakes.{chapter_id}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(CORPUS.parent))
+    return module.MISTAKES
+
+
+@dataclass
+class Graded:
+    """What a grade of one edited file found: whether the exercise failed,
+    the relations its failed checks named and the known bugs' hints they gave."""
+
+    chapter: str
+    name: str
+    caught: bool
+    relations: set[str]
+    catalog_hints: set[str]
+    hints: tuple[str, ...]  # every failed check's hint, in check order
+
+
+def _grade(task: tuple[str, str, int, bool], seed: int) -> Graded:
+    """Grade the reference with one edit (``"corpus"`` or ``"catalog"``,
+    the chapter, the edit's index, whether relations are on)."""
+    kind, chapter_id, index, with_relations = task
+    chapter = find_chapter(chapter_id)
+    edit = (corpus(chapter_id) if kind == "corpus" else KNOWN_BUGS[chapter_id])[index]
+    relations.ENABLED = with_relations  # this process is a fork of the bench's: its own copy
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / chapter.file_name
+        path.write_text(apply_bug(chapter.solution().read_text(encoding="utf-8"), edit), encoding="utf-8")
+        report = grade([(chapter, path)], seed=seed, only={edit.exercise})
+    (result,) = report.exercises
+    failed = result.failed_checks
+    named = {name for check in failed if check.relation for name in check.relation.split("+")}
+    return Graded(chapter_id, edit.name, bool(failed), named,
+                  {check.hint for check in failed if check.hint and not check.relation},
+                  tuple(check.hint or "" for check in failed))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--chapters", nargs="*", default=[chapter.id for chapter in CHAPTERS])
+    parser.add_argument("--verbose", action="store_true", help="a line for every mistake")
+    parser.add_argument("--no-catalog", action="store_true", help="grade the corpus only")
+    options = parser.parse_args()
+    chapters = [find_chapter(chapter_id) for chapter_id in options.chapters]
+    mistakes = {(chapter.id, index): mistake for chapter in chapters for index, mistake in enumerate(corpus(chapter.id))}
+    tasks = [("corpus", chapter_id, index, True) for chapter_id, index in mistakes]
+    if not options.no_catalog:
+        tasks += [("catalog", chapter.id, index, on) for chapter in chapters
+                  for index in range(len(KNOWN_BUGS[chapter.id])) for on in (True, False)]
+    preload(chapters)
+    with forked_pool(options.jobs) as pool:
+        graded = list(pool.map(_grade, tasks, [options.seed] * len(tasks)))
+    found = dict(zip(tasks, graded))
+
+    caught = right = wrong = 0
+    for (chapter_id, index), mistake in mistakes.items():
+        result = found["corpus", chapter_id, index, True]
+        if not result.caught:
+            verdict = "not caught"
+        elif result.relations & set(mistake.relations):
+            verdict, right = "right", right + 1
+        elif result.relations or result.catalog_hints:
+            verdict, wrong = "WRONG", wrong + 1
+        else:
+            verdict = "no hint" if mistake.relations else "no hint (none expected)"
+        caught += result.caught
+        if options.verbose or verdict == "WRONG":
+            named = ", ".join(sorted(result.relations)) or "-"
+            print(f"{chapter_id} {mistake.exercise:30s} {mistake.name:32s} {verdict:12s} "
+                  f"expected {'/'.join(mistake.relations) or '-'}, named {named}"
+                  + (f"; known bug's hint: {sorted(result.catalog_hints)}" if result.catalog_hints else ""))
+    share = f"{right / caught:.0%}" if caught else "-"
+    print(f"corpus (seed {options.seed}): {len(mistakes)} mistakes, {caught} caught, "
+          f"a right hint for {right} ({share} of those caught), a wrong hint for {wrong}")
+    if options.no_catalog:
+        return
+    changed = []
+    for chapter in chapters:
+        for index, bug in enumerate(KNOWN_BUGS[chapter.id]):
+            on, off = found["catalog", chapter.id, index, True], found["catalog", chapter.id, index, False]
+            if on.hints != off.hints:
+                changed.append(f"{chapter.id} {bug.exercise}/{bug.name}: {off.hints} -> {on.hints}")
+    print(f"catalog (seed {options.seed}): {sum(len(KNOWN_BUGS[c.id]) for c in chapters)} known bugs, "
+          f"hints changed by relations for {len(changed)}")
+    for line in changed:
+        print("  " + line)
+
+
+if __name__ == "__main__":
+    main()
