@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import recorded
+from grader import recorded, relations
 from grader.catalog import GRADING_DIR, Chapter
 from grader.checks import Oracles
 from grader.compare import CheckFailure, Noted
@@ -253,6 +253,16 @@ class ChapterRun:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             for check in self.ordered(checks):
                 self._run(check)
+        self._known_bugs_first()
+
+    def _known_bugs_first(self) -> None:
+        """Where a known bug's hint names an exercise's mistake, the hints of
+        relations (``grader.relations``) are left out of that exercise: the
+        catalog's hints keep their priority, and a verdict says one thing."""
+        named = {result.exercise for result in self.results if result.hint and not result.relation}
+        for result in self.results:
+            if result.relation and result.exercise in named:
+                result.hint = result.relation = None
 
     def ordered(self, checks: tuple[Check, ...]) -> list[Check]:
         """Each exercise's checks together, in catalog order: an exercise gets
@@ -295,7 +305,7 @@ class ChapterRun:
 
     def _record(self, result: CheckResult) -> None:
         self.results.append(result)
-        if result.hint and result.hint not in self._hints_seen:
+        if result.hint and not result.relation and result.hint not in self._hints_seen:
             self._hints_seen.append(result.hint)
 
     # -- fixtures ------------------------------------------------------------------
@@ -338,7 +348,12 @@ class ChapterRun:
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
-            result.relation = error.relation if error.hint else None
+            if result.hint is None and error.compared is not None:
+                compared = error.compared
+                found = relations.explain(compared.got, compared.expected, compared.axes, compared.rtol,
+                                          compared.atol, chapter=self.chapter.id)
+                if found is not None:
+                    result.hint, result.relation = found.hint, found.name
         else:
             result.outcome, result.kind = "failed", Failure.GRADER_ERROR
             result.message = (f"the grader itself failed in this check "

@@ -11,6 +11,7 @@ same inputs, the failure carries that bug's hint.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,6 +34,19 @@ TOLERANCES = {
 }
 
 
+@dataclass(frozen=True)
+class Compared:
+    """A wrong value and the expected one, as a check compared them:
+    ``axes`` names the expected value's last axes ("queries", "keys"), if
+    the check said; ``rtol`` and ``atol`` are its tolerance."""
+
+    got: object
+    expected: object
+    axes: tuple[str, ...] = ()
+    rtol: float = 0.0
+    atol: float = 0.0
+
+
 class CheckFailure(AssertionError):
     """A check's verdict against the submission.
 
@@ -41,13 +55,15 @@ class CheckFailure(AssertionError):
     """
 
     def __init__(self, message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None,
-                 summary: str = "", relation: str | None = None):
+                 summary: str = "", compared: Compared | None = None):
         super().__init__(message)
         self.message = message
         self.kind = Failure(kind)
-        self.hint = hint  # "looks like ...": the known bug the value matches, or a relation's sentence
+        self.hint = hint  # "looks like ...": the known bug the value matches
         self.summary = summary  # what differed in a few words, for a table cell
-        self.relation = relation  # where the hint is a relation's (grader.relations): its names, "+"-joined
+        # The values compared, where no known bug's hint was found: a relation
+        # between them may still name the mistake (``grader.relations``).
+        self.compared = compared
 
 
 def fail(message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None, summary: str = "") -> None:
@@ -200,6 +216,7 @@ def expect_close(
     rtol: float | None = None,
     atol: float | None = None,
     reference: str = "the reference",
+    axes: Sequence[str] = (),
 ) -> None:
     """``got`` equals ``expected`` within the dtype's tolerance.
 
@@ -214,18 +231,25 @@ def expect_close(
             ``got`` goes with the failure.
         rtol, atol: override the dtype's tolerance.
         reference: what ``expected`` came from, for the message.
+        axes: names of the last axes of ``expected`` ("queries", "keys"),
+            for a relation's hint where no known bug's applies.
     """
+    tolerance = _tolerance(_as_tensor(expected).dtype, rtol, atol)
     try:
         expect_like(got, expected, what)
     except CheckFailure as failure:  # a wrong shape can be a known bug's shape
         failure.hint = failure.hint or matching_hint(got, lookalikes)
+        if failure.hint is None and isinstance(got, (torch.Tensor, np.ndarray)):
+            failure.compared = Compared(got, expected, tuple(axes), *tolerance)
         raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
-    close = close_mask(got_t, expected_t, *_tolerance(expected_t.dtype, rtol, atol))
+    close = close_mask(got_t, expected_t, *tolerance)
     if bool(close.all()):
         return
     message, summary = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)
-    fail(message, hint=matching_hint(got, lookalikes), summary=summary)
+    hint = matching_hint(got, lookalikes)
+    raise CheckFailure(message, hint=hint, summary=summary,
+                       compared=None if hint else Compared(got, expected, tuple(axes), *tolerance))
 
 
 def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,

@@ -433,11 +433,15 @@ def _verdict(chapter: Chapter, exercise: Exercise, checks: list[CheckResult],
         return ExerciseResult(chapter, exercise, Status.NOT_IMPLEMENTED, "not implemented yet", checks)
     if first.kind == Failure.MISSING:
         return ExerciseResult(chapter, exercise, Status.MISSING, first.message, checks)
-    # One line: a known bug's hint says most; a wrong value is summed up by
-    # the check's name and what differed (the sentence follows the table);
-    # anything else by its message.
+    # One line: a known bug's hint says most, then a relation's (of any
+    # failed check: ``check_runner`` leaves none beside a known bug's); a wrong
+    # value is summed up by the check's name and what differed (the sentence
+    # follows the table); anything else by its message.
+    related = next((check for check in failed if check.relation), None)
     if first.hint or first.kind != Failure.MISMATCH:
         summary = first.hint or first.message
+    elif related is not None:
+        summary = related.hint
     else:
         summary = f'fails "{first.check}": {first.summary or _in_few_words(first.message)}'
     reason = f"{summary} ({len(failed)} of {len(ran)} checks failed)"
