@@ -50,7 +50,7 @@ MISTAKES = (
             "even, odd = pairs[..., 0], pairs[..., 1]",
             "even, odd = pairs[..., 1], pairs[..., 0]",
             None, "took the odd feature as the first of the pair"),
-    Mistake("apply_rope", "positions-plus-one",
+    Mistake("apply_rope", "rotated-one-position-further",
             "angles = rope_angles(token_positions, x.shape[-1], theta)",
             "angles = rope_angles(token_positions + 1, x.shape[-1], theta)",
             None, "rotates every token one position further"),
