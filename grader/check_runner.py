@@ -240,6 +240,7 @@ class ChapterRun:
         self.results: list[CheckResult] = []
         self._reference: object | None = None
         self._hints_seen: list[str] = []  # what the failed checks so far matched, first first
+        self._examined: list[tuple[CheckResult, list[relations.Found]]] = []  # relations each mismatch holds
 
     def run(self) -> None:
         """Run the chapter's checks (those of ``only``) in ``ordered``'s order,
@@ -253,13 +254,27 @@ class ChapterRun:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             for check in self.ordered(checks):
                 self._run(check)
-        self._known_bugs_first()
+        self._settle_hints()
 
-    def _known_bugs_first(self) -> None:
-        """Where a known bug's hint names an exercise's mistake, the hints of
-        relations (``grader.relations``) are left out of that exercise: the
-        catalog's hints keep their priority, and a verdict says one thing."""
+    def _settle_hints(self) -> None:
+        """Settle the relations' hints (``grader.relations``), exercise by exercise.
+
+        Where a known bug's hint names an exercise's mistake, the relations'
+        hints are left out of that exercise: the catalog keeps its priority,
+        and a verdict says one thing. Elsewhere a relation found by comparing
+        answers is named only where the exercise's failed comparisons agree
+        on it (``relations.held``): one that holds on one check's inputs and
+        not on the next (a single position, a degenerate size) does not
+        explain the mistake.
+        """
         named = {result.exercise for result in self.results if result.hint and not result.relation}
+        examined: dict[str, list[set[str]]] = {}
+        for result, found in self._examined:
+            examined.setdefault(result.exercise, []).append({one.name for one in found})
+        held = {exercise: relations.held(sets) for exercise, sets in examined.items()}
+        for result, found in self._examined:
+            kept = relations.said([one for one in found if one.name in held[result.exercise]])
+            result.hint, result.relation = (kept.hint, kept.name) if kept else (None, None)
         for result in self.results:
             if result.relation and result.exercise in named:
                 result.hint = result.relation = None
@@ -348,12 +363,15 @@ class ChapterRun:
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
-            if result.hint is None and error.compared is not None:
+            if isinstance(error.hint, relations.RelationHint):  # a variant of the call matched
+                result.hint = None  # named once the exercise's checks have run (``_settle_hints``)
+                self._examined.append((result, [relations.Found(error.hint.name, str(error.hint))]))
+            elif result.hint is None and error.compared is not None:
                 compared = error.compared
-                found = relations.explain(compared.got, compared.expected, compared.axes, compared.rtol,
+                found = relations.examine(compared.got, compared.expected, compared.axes, compared.rtol,
                                           compared.atol, chapter=self.chapter.id)
-                if found is not None:
-                    result.hint, result.relation = found.hint, found.name
+                if found is not None:  # named once the exercise's checks have run (``_settle_hints``)
+                    self._examined.append((result, found))
         else:
             result.outcome, result.kind = "failed", Failure.GRADER_ERROR
             result.message = (f"the grader itself failed in this check "

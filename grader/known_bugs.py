@@ -17,6 +17,7 @@ twice:
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 import types
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
@@ -27,10 +28,12 @@ from typing import TypeVar
 
 import torch
 
+from grader import relations
 from grader.chapters import KnownBug, read_known_bugs
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 from grader.recorded_values import equal
+from grader.relations import Variant
 
 class _Catalog(MutableMapping):
     """``{chapter id: its bugs}``, read from each chapter's ``bugs.py`` on first use.
@@ -309,9 +312,10 @@ class Lookalikes:
             except Exception:  # an output without that part explains nothing
                 continue
 
-    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug | Combination, object]]:
+    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug | Combination | Variant, object]]:
         """Each bug that runs on these inputs, with its whole output, then each
-        combination of the exercise's bugs; with no ``seen``, in the order
+        combination of the exercise's bugs, then each ``relations.Variant``
+        of the call; with no ``seen``, in the order
         ``grader.recorded`` keeps for the student edition. A generator: the
         combinations are built and run only when no single bug matched."""
         # The exercise's own bugs first: they are the likelier explanation.
@@ -333,11 +337,34 @@ class Lookalikes:
                 output = self._run(module)
                 if output is not _FAILED:
                     yield combination, output
+        # Last, mistakes of what goes in (``relations.variants``): the reference on changed inputs.
+        reference = _reference_module(self.chapter)
+        for variant in relations.variants(self.args, self.kwargs, self._parameter_names(reference)):
+            output = self._run(reference, variant.args, variant.kwargs)
+            if output is not _FAILED and (right is _FAILED or not _same(output, right)):
+                yield variant, output
 
-    def _run(self, module: types.ModuleType) -> object:
-        """This call on ``module``'s function or class; ``_FAILED`` if it raises,
-        as a bug that cannot run on these inputs explains nothing."""
-        args, kwargs = _cloned(self.args), _cloned(self.kwargs)
+    def _parameter_names(self, reference: types.ModuleType) -> list[str]:
+        """The names of the call's positional parameters, as the reference
+        defines them (a method's and a function handed the module, without
+        their first)."""
+        try:
+            if self.module is None:
+                function, skip = getattr(reference, self.function), 0
+            elif self.module.passed_to:
+                function, skip = getattr(reference, self.module.passed_to), 1
+            else:
+                function, skip = getattr(getattr(reference, self.function), self.module.method or "forward"), 1
+            return list(inspect.signature(function).parameters)[skip:]
+        except (AttributeError, TypeError, ValueError):
+            return []
+
+    def _run(self, module: types.ModuleType, args: tuple | None = None, kwargs: dict | None = None) -> object:
+        """This call (or the call with ``args`` and ``kwargs``) on ``module``'s
+        function or class; ``_FAILED`` if it raises, as a bug that cannot run
+        on these inputs explains nothing."""
+        args = _cloned(self.args if args is None else args)
+        kwargs = _cloned(self.kwargs if kwargs is None else kwargs)
         try:
             if self.module is None:
                 return getattr(module, self.function)(*args, **kwargs)

@@ -43,7 +43,8 @@ from grader.catalog import Chapter, is_student_edition
 from grader.recorded_values import compacted, digest, equal, plain, value_of
 
 # 2: a lookalike may be a combination of bugs, recorded as the list of their indices.
-FORMAT = 2
+# 3: or a relation's variant of the call (``relations.Variant``), as {"relation", "hint"}.
+FORMAT = 3
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 INDEX = "index.json"
 
@@ -197,6 +198,7 @@ class RecordingBugs:
 
     def _record(self, function: str, args: tuple, kwargs: dict, recipe) -> None:
         from grader.known_bugs import KNOWN_BUGS, Combination, Lookalikes, run_module_call
+        from grader.relations import Variant
 
         key = digest(self._chapter.id, function, args, kwargs, recipe)
         if key in self._recording.lookalikes:
@@ -213,8 +215,12 @@ class RecordingBugs:
         for bug, output in lookalikes.outputs_by_bug():
             if right is not _NOTHING and equal(output, right):
                 continue
-            index = ([catalog.index(part) for part in bug.parts] if isinstance(bug, Combination)
-                     else catalog.index(bug))
+            if isinstance(bug, Variant):  # not the catalog's: its hint goes with it
+                index = {"relation": bug.name, "hint": str(bug.hint)}
+            elif isinstance(bug, Combination):
+                index = [catalog.index(part) for part in bug.parts]
+            else:
+                index = catalog.index(bug)
             # Bugs with equal outputs share one entry, at the first one's
             # place: the first bug whose output an answer matches is the
             # same either way, so the hint is too.
@@ -348,22 +354,28 @@ class ReplayLookalikes:
         return lambda: self._outputs(index)
 
     def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
+        from grader.chapters import KnownBug
         from grader.known_bugs import KNOWN_BUGS, Combination, seen_first
+        from grader.relations import RelationHint, Variant
 
         catalog = KNOWN_BUGS.get(self._chapter.id, ())
 
-        def bug_of(index: int | list[int]):
+        def bug_of(index: int | list[int] | dict):
+            if isinstance(index, dict):
+                return Variant(RelationHint(index["hint"], index["relation"]), (), {})
             return Combination(tuple(catalog[i] for i in index)) if isinstance(index, list) else catalog[index]
 
         # One (bug, output) pair per bug, in the recorded order, then, as
         # Lookalikes orders them, the single bugs before the combinations
-        # and in each the bugs seen earlier in the run first.
+        # and in each the bugs seen earlier in the run first; the relations'
+        # variants last.
         pairs = [(bug_of(index), node) for indices, node in self._recording.lookalikes.get(self._key, ())
                  for index in indices]
-        singles = [pair for pair in pairs if not isinstance(pair[0], Combination)]
+        singles = [pair for pair in pairs if isinstance(pair[0], KnownBug)]
         together = [pair for pair in pairs if isinstance(pair[0], Combination)]
+        changed = [pair for pair in pairs if isinstance(pair[0], Variant)]
         for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
-                seen_first(together, lambda pair: pair[0].hint, self._seen):
+                seen_first(together, lambda pair: pair[0].hint, self._seen) + changed:
             output = value_of(node)
             if index is not None:
                 try:

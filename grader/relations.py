@@ -19,6 +19,13 @@ answer then says too little to tell them apart.
 Each relation is a function ``(Mismatch) -> Found | None`` in ``RELATIONS``;
 a chapter adds its own in ``grader/chapters/chNN/relations.py``
 (``RELATIONS``, functions of the same kind, tried after these).
+
+Some mistakes are of what goes in, not of what comes out: q and k
+exchanged, the mask left out or read the other way round. Their answers
+are the reference's on changed inputs (``variants``), which the known-bug
+machinery runs after the catalog's bugs, as lookalikes of lower priority
+(``known_bugs.Lookalikes``; recorded for the student edition as the bugs
+are), with a ``RelationHint``.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -77,6 +85,22 @@ class Mismatch:
         return ~self.close(self.got, self.expected)
 
 
+class RelationHint(str):
+    """A hint a relation gave, carrying the relation's ``name`` (a known
+    bug's hint is a plain ``str``): what ``Variant`` hints are, so that a
+    grade tells them from the catalog's."""
+
+    name: str
+
+    def __new__(cls, text: str, name: str) -> RelationHint:
+        hint = super().__new__(cls, text)
+        hint.name = name
+        return hint
+
+    def __reduce__(self):
+        return RelationHint, (str(self), self.name)
+
+
 @dataclass(frozen=True)
 class Found:
     """A relation that holds: its name and the sentence a student reads."""
@@ -88,17 +112,20 @@ class Found:
 Relation = Callable[[Mismatch], "Found | None"]
 
 
-def explain(got: object, expected: object, axes: Sequence[str] | None = None,
-            rtol: float = 1e-4, atol: float = 1e-5, chapter: str | None = None) -> Found | None:
-    """The relations between a wrong answer and the expected one, as one
-    ``Found`` (names joined by "+", sentences by "; or "), or None where
-    none holds, where more than two do, or where the values are not arrays
-    (or numbers) of a size worth examining."""
+def examine(got: object, expected: object, axes: Sequence[str] | None = None,
+            rtol: float = 1e-4, atol: float = 1e-5, chapter: str | None = None) -> list[Found] | None:
+    """Every relation that holds between a wrong answer and the expected
+    one (the chapter's own last), possibly none; None where the values are
+    not arrays (or numbers) of a size worth examining, or differ only in
+    their dtype."""
     if not ENABLED:
         return None
     mismatch = _mismatch(got, expected, axes, rtol, atol)
     if mismatch is None:
         return None
+    if mismatch.all_close(mismatch.got, mismatch.expected):  # the values: only the dtype differs
+        return [Found("dtype", f"your values are right; only their dtype differs ({_dtype(got)}, expected "
+                               f"{_dtype(expected)}): what made it change, a cast or a tensor made without dtype=?")]
     found: list[Found] = []
     for relation in (*RELATIONS, *chapter_relations(chapter)):
         try:
@@ -107,9 +134,36 @@ def explain(got: object, expected: object, axes: Sequence[str] | None = None,
             result = None
         if result is not None and result.name not in {one.name for one in found}:
             found.append(result)
+    return found
+
+
+def said(found: Sequence[Found]) -> Found | None:
+    """One ``Found`` for what holds (names joined by "+", sentences by "; or
+    "): None where nothing does, or more than two relations do, since the
+    answer then says too little to tell them apart."""
     if not found or len(found) > 2:
         return None
     return Found("+".join(one.name for one in found), "; or ".join(one.hint for one in found))
+
+
+def held(found: Sequence[set[str]]) -> set[str]:
+    """The relations an exercise's failed comparisons agree on, from the
+    names each one's relations hold (``found``, one set a comparison): those
+    that at least half of them hold, and that no comparison contradicts by
+    holding others without them. A comparison that holds none does not
+    contradict: the mistake may leave no mark on that check's inputs."""
+    counts: dict[str, int] = {}
+    for names in found:
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return {name for name, count in counts.items()
+            if 2 * count >= len(found) and all(name in names for names in found if names)}
+
+
+def explain(got: object, expected: object, axes: Sequence[str] | None = None,
+            rtol: float = 1e-4, atol: float = 1e-5, chapter: str | None = None) -> Found | None:
+    """What ``said`` makes of ``examine``'s relations: one answer alone."""
+    return said(examine(got, expected, axes, rtol, atol, chapter) or ())
 
 
 def _mismatch(got: object, expected: object, axes: Sequence[str] | None, rtol: float,
@@ -127,12 +181,19 @@ def _mismatch(got: object, expected: object, axes: Sequence[str] | None, rtol: f
         value = value.detach().cpu()
         values.append(value if value.dtype == torch.bool else value.to(torch.float64))
     got_t, expected_t = values
-    if (got_t.dtype == torch.bool) != (expected_t.dtype == torch.bool) or expected_t.numel() == 0:
+    if expected_t.numel() == 0:
         return None
+    if (got_t.dtype == torch.bool) != (expected_t.dtype == torch.bool):  # a mask of 0s and 1s: as numbers
+        got_t, expected_t = got_t.to(torch.float64), expected_t.to(torch.float64)
     names = tuple(axes or ())
     dims = expected_t.dim()
     named = tuple(f"dim {index - dims}" for index in range(dims - len(names))) + names[-dims:] if dims else ()
     return Mismatch(got_t, expected_t, named, rtol, atol)
+
+
+def _dtype(value: object) -> str:
+    dtype = getattr(value, "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else type(value).__name__
 
 
 @cache
@@ -191,11 +252,12 @@ def factor(mismatch: Mismatch) -> Found | None:
     if not bool((torch.isfinite(got) == finite).all()) or not bool(finite.any()):
         return None
     g, e = got[finite], expected[finite]
-    if float((e * e).sum()) == 0.0 or int((e != 0).sum()) < 1:
+    # A number (a count) may be a multiple; of an array, one entry says nothing of "every entry".
+    if int((e != 0).sum()) < (1 if expected.dim() == 0 else 2):
         return None
     c = float((g * e).sum() / (e * e).sum())
-    if c == 0.0 or math.isclose(c, 1.0, rel_tol=FITTED_RTOL) or not mismatch.all_close(g, c * e, FITTED_RTOL):
-        return None
+    if abs(c) < 1e-3 or math.isclose(c, 1.0, rel_tol=FITTED_RTOL) or not mismatch.all_close(g, c * e, FITTED_RTOL):
+        return None  # about 0: an answer of zeros is no multiple of anything
     if math.isclose(c, -1.0, rel_tol=FITTED_RTOL):
         return Found("factor", "your answer is the expected one with the opposite sign, everywhere")
     return Found("factor", f"every entry of your answer is the expected one times {_number(c)}: "
@@ -214,9 +276,14 @@ def _permutations(mismatch: Mismatch):
 
 def transposed(mismatch: Mismatch) -> Found | None:
     """The expected answer with its axes swapped or reordered."""
+    expected = mismatch.expected
+    if expected.numel() < 4 or bool((expected == expected.flatten()[0]).all()):
+        return None  # too small or constant: every order of the axes gives it
     for order in _permutations(mismatch):
-        if mismatch.all_close(mismatch.got, mismatch.expected.permute(order)):
-            moved = [dim for dim in range(len(order)) if order[dim] != dim]
+        moved = [dim for dim in range(len(order)) if order[dim] != dim]
+        if sum(expected.shape[dim] > 1 for dim in moved) < 2:
+            continue  # an axis of size 1 moved: a reshape, not a transpose
+        if mismatch.all_close(mismatch.got, expected.permute(order)):
             if len(moved) == 2:
                 a, b = moved
                 return Found("transposed", f"your answer is the expected one with {_axis(mismatch, a)} and "
@@ -299,11 +366,21 @@ def _diagonals(mismatch: Mismatch):
         yield offset, i, j
 
 
+def _queries_and_keys(mismatch: Mismatch) -> bool:
+    """Whether the last two axes are queries against keys: so named, or the
+    answer is a mask or scores with -inf."""
+    expected = mismatch.expected
+    return (mismatch.axes[-2:] == ("queries", "keys") or expected.dtype == torch.bool
+            or bool(torch.isneginf(expected).any()))
+
+
 def triangle(mismatch: Mismatch) -> Found | None:
     """Only the entries above, below or on the diagonal of the last two axes differ."""
     expected = mismatch.expected
     # Queries against keys: at least as many columns as rows (a causal mask's shape).
     if not mismatch.same_shape or expected.dim() < 2 or not 2 <= expected.shape[-2] <= expected.shape[-1]:
+        return None
+    if not _queries_and_keys(mismatch):
         return None
     wrong = mismatch.wrong
     places = wrong.reshape(-1, *wrong.shape[-2:]).any(0).nonzero()
@@ -445,7 +522,34 @@ def narrowed(mismatch: Mismatch) -> Found | None:
             return Found("narrowed", f"every entry of your answer is a {name} number, and agrees with the "
                                      f"expected one only to {name}'s precision: is something computed in "
                                      f"{name} and cast back?")
-    return None
+    return _rounded_inside(mismatch)
+
+
+def _rounded_inside(mismatch: Mismatch) -> Found | None:
+    """Off by no more than float16's rounding, made inside and carried on in
+    float32: every entry within a few float16 epsilons of the expected one
+    (relative to the entry and the answer's scale), the errors of either
+    sign and of many sizes. A formula changed gives errors of one sign, or
+    of a few sizes, or larger; an approximation (GELU's tanh form) can give
+    these too, and the hint names it beside a narrower dtype."""
+    got, expected = mismatch.got, mismatch.expected
+    if not bool(torch.isfinite(got).all()) or not bool(torch.isfinite(expected).all()) or expected.numel() < 8:
+        return None
+    error = got - expected
+    size = expected.abs().mean()
+    eps = torch.finfo(torch.float16).eps  # bfloat16's, 8 times larger, would take in real mistakes
+    if float(size) == 0.0 or not bool((error.abs() <= 4 * eps * (expected.abs() + size)).all()):
+        return None
+    wrong = mismatch.wrong
+    errors = error[wrong]
+    # Of either sign against the entry's own: rounding neither grows nor shrinks the values.
+    outward = float(((errors > 0) == (expected[wrong] > 0)).double().mean())
+    if errors.numel() < 4 or not 0.2 <= outward <= 0.8 or errors.abs().unique().numel() < 0.75 * errors.numel():
+        return None
+    return Found("narrowed", "your answer agrees with the expected one only to about 3 significant digits, "
+                            "float16's precision, with errors of either sign: is something computed in a "
+                            "narrower dtype (float16, bfloat16) inside, or a function approximated (GELU's "
+                            "tanh form)?")
 
 
 def nan_rows(mismatch: Mismatch) -> Found | None:
@@ -465,7 +569,145 @@ def nan_rows(mismatch: Mismatch) -> Found | None:
                              "a row's weights (and output) should be 0")
 
 
+def zeroed(mismatch: Mismatch) -> Found | None:
+    """0 in whole rows (along the last axis) where the expected rows are
+    not, right everywhere else."""
+    got, expected = mismatch.got, mismatch.expected
+    if got.dtype == torch.bool or not mismatch.same_shape or expected.dim() < 2:
+        return None
+    wrong = mismatch.wrong
+    rows = wrong.any(-1, keepdim=True).expand_as(wrong)
+    if not bool(wrong.any()) or bool(rows.all()) or not bool((got[rows] == 0).all()):
+        return None
+    count = int(wrong.any(-1).sum())
+    return Found("zeroed", f"your answer is 0 in {count} whole row{'s' if count > 1 else ''} (along "
+                           f"{_axis(mismatch, expected.dim() - 1)}) where the expected one is not, and right "
+                           f"elsewhere: rows zeroed that should not be (any() where all() belongs)?")
+
+
 RELATIONS: tuple[Relation, ...] = (inverted, factor, transposed, rearranged, shifted, edge, triangle,
-                                   normalized_over, scale, log, masked, narrowed, nan_rows)
+                                   normalized_over, scale, log, masked, narrowed, nan_rows, zeroed)
+# Every relation's name: those of RELATIONS' findings, "dtype" (``examine``) and the variants'.
 NAMES = ("inverted", "factor", "transposed", "rearranged", "shifted", "edge", "diagonal", "future", "past",
-         "normalized_over", "scale", "log", "masked", "narrowed", "nan_rows", "roles")
+         "normalized_over", "scale", "log", "masked", "narrowed", "nan_rows", "zeroed", "dtype", "roles",
+         "sign")
+
+
+# -- mistakes of what goes in: the reference on changed inputs --------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A change of a call's inputs: the answer a student's code gives when it
+    reads its arguments wrongly is the reference's answer to ``args`` and
+    ``kwargs``."""
+
+    hint: RelationHint
+    args: tuple
+    kwargs: dict
+
+    @property
+    def name(self) -> str:
+        return self.hint.name
+
+
+def _is_array(value: object) -> bool:
+    return (isinstance(value, torch.Tensor) and value.is_floating_point()) or \
+        (isinstance(value, np.ndarray) and value.dtype.kind == "f")
+
+
+# A count a student may get one off: a length, a position, a number of tokens (not of heads).
+_POSITIONAL = re.compile(r"pos|len|token|past|offset|start|step", re.IGNORECASE)
+
+
+def _is_integers(value: object) -> bool:
+    """An integer tensor of positions (or counts), not all zero."""
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and value.dtype != torch.bool \
+        and not value.is_complex() and value.numel() > 0 and bool((value != 0).any())
+
+
+def _scaled_scores(places, value, changed) -> list[Variant]:
+    """The call with the attention scores a constant times as large, for the
+    scale mistakes: the queries' projection ``w_q`` (or the queries ``q``)
+    multiplied by it, which multiplies every score. One head's width d comes
+    from the queries' last axis, or from ``w_q``'s rows and a heads count."""
+    labels = {label: where for label, where in places}
+    where = next((labels[name] for name in ("w_q", "q", "query") if name in labels
+                  and _is_array(value(labels[name])) and value(labels[name]).ndim >= 2), None)
+    if where is None:
+        return []
+    given = value(where)
+    heads = [value(labels[label]) for label in labels if "head" in label and type(value(labels[label])) is int
+             and value(labels[label]) > 1]
+    width = given.shape[0] if where == labels.get("w_q") else given.shape[-1]
+    d = width // heads[0] if heads and where == labels.get("w_q") and width % heads[0] == 0 else width
+    if d < 2:
+        return []
+    wrong = [(math.sqrt(d), f"sqrt(d) = {math.sqrt(d):.4g} times too large: is the scale 1/sqrt(d) missing?"),
+             (float(d), f"d = {d} times too large: is the score multiplied by sqrt(d) where it should be "
+                        f"divided by it?"),
+             (1 / math.sqrt(d), f"sqrt(d) = {math.sqrt(d):.4g} times too small: is it divided by d instead of "
+                                f"sqrt(d), or by sqrt(d) twice?")]
+    wrong += [(1 / math.sqrt(count), f"sqrt({count}) times too small, for {count} heads: is it divided by the "
+                                     f"square root of the model's width instead of one head's?") for count in heads]
+    return [Variant(RelationHint(f"your answer is the right one with the attention scores {text}", "scale"),
+                    *changed((where, given * factor))) for factor, text in wrong]
+
+
+def variants(args: tuple, kwargs: dict, names: Sequence[str]) -> list[Variant]:
+    """Each change of the call ``(args, kwargs)`` a relation names: two
+    arrays of one shape exchanged ("roles"); an array or integer positions
+    negated ("sign"); integer positions, or a count above 1, one more or one
+    less ("shifted"); the attention scores scaled wrongly ("scale",
+    ``_scaled_scores``); a mask left out, or a boolean one with True and False
+    swapped, or ``causal=True`` left out ("masked", "inverted"). ``names``:
+    the function's parameter names, for the positional arguments."""
+    places = [(names[index] if index < len(names) else f"argument {index + 1}", index)
+              for index in range(len(args))] + [(key, key) for key in kwargs]
+
+    def value(where):
+        return args[where] if isinstance(where, int) else kwargs[where]
+
+    def changed(*changes) -> tuple[tuple, dict]:
+        new_args, new_kwargs = list(args), dict(kwargs)
+        for where, new in changes:
+            if isinstance(where, int):
+                new_args[where] = new
+            else:
+                new_kwargs[where] = new
+        return tuple(new_args), new_kwargs
+
+    found = []
+    arrays = [(label, where) for label, where in places if _is_array(value(where))]
+    for (one, a), (two, b) in itertools.combinations(arrays, 2):
+        first, second = value(a), value(b)
+        if first.shape == second.shape and first.dtype == second.dtype and not (first == second).all():
+            found.append(Variant(RelationHint(
+                f"your answer is the right one for {one} and {two} exchanged: does each argument play "
+                f"its own part?", "roles"), *changed((a, second), (b, first))))
+    found += _scaled_scores(places, value, changed)
+    for label, where in places:
+        given = value(where)
+        if _is_array(given) or _is_integers(given):
+            found.append(Variant(RelationHint(
+                f"your answer is the right one for -{label}, {label} negated: a sign slip (a difference taken "
+                f"the other way round, a rotation the other way)?", "sign"), *changed((where, -given))))
+        if _is_integers(given) or (type(given) is int and given > 1 and _POSITIONAL.search(label)):
+            for step, word in ((1, "+ 1"), (-1, "- 1")):
+                found.append(Variant(RelationHint(
+                    f"your answer is the right one for {label} {word}: positions (or a count) off by one?",
+                    "shifted"), *changed((where, given + step))))
+        if "mask" in label.lower() and given is not None:
+            found.append(Variant(RelationHint(
+                f"your answer is the right one without {label}, as if it were None: is the mask applied "
+                f"(and is what applies it kept: masked_fill returns a new tensor)?", "masked"),
+                *changed((where, None))))
+            if isinstance(given, torch.Tensor) and given.dtype == torch.bool:
+                found.append(Variant(RelationHint(
+                    f"your answer is the right one for {label} with True and False swapped: which of the two "
+                    f"means \"may attend\" (or \"keep\") here?", "inverted"), *changed((where, ~given))))
+        if label in ("causal", "is_causal") and given is True:
+            found.append(Variant(RelationHint(
+                f"your answer is the right one with {label}=False: is the causal mask applied?", "masked"),
+                *changed((where, False))))
+    return found

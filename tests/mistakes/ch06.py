@@ -48,7 +48,7 @@ MISTAKES = (
             "masked", "forgot to zero the weights of queries with no key"),
     Mistake("grouped_query_attention", "any-instead-of-all",
             "torch.isneginf(scores).all(dim=-1, keepdim=True)", "torch.isneginf(scores).any(dim=-1, keepdim=True)",
-            None, "any() instead of all(): zeroes every query with a masked key"),
+            "zeroed", "any() instead of all(): zeroes every query with a masked key"),
     Mistake("grouped_query_attention", "scores-in-bfloat16",
             "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
             "scores = (q.bfloat16() @ k.bfloat16().transpose(-2, -1)).to(q.dtype) / math.sqrt(q.shape[-1])",
@@ -100,5 +100,5 @@ MISTAKES = (
             None, "returned a tensor"),
     Mistake("kv_cache_bytes", "one-token-more",
             "batch * seq_len * num_layers * per_token", "batch * (seq_len + 1) * num_layers * per_token",
-            None, "counts the next token as cached"),
+            "shifted", "counts the next token as cached"),
 )
