@@ -270,10 +270,10 @@ class ChapterRun:
         named = {result.exercise for result in self.results if result.hint and not result.relation}
         examined: dict[str, list[set[str]]] = {}
         for result, found in self._examined:
-            examined.setdefault(result.exercise, []).append({one.name for one in found})
+            examined.setdefault(result.exercise, []).append({one.key for one in found})
         held = {exercise: relations.held(sets) for exercise, sets in examined.items()}
         for result, found in self._examined:
-            kept = relations.said([one for one in found if one.name in held[result.exercise]])
+            kept = relations.said([one for one in found if one.key in held[result.exercise]])
             result.hint, result.relation = (kept.hint, kept.name) if kept else (None, None)
         for result in self.results:
             if result.relation and result.exercise in named:

@@ -103,10 +103,17 @@ class RelationHint(str):
 
 @dataclass(frozen=True)
 class Found:
-    """A relation that holds: its name and the sentence a student reads."""
+    """A relation that holds: its name and the sentence a student reads.
+    ``detail``: what the checks of an exercise must agree on besides the
+    name (the factor of a number: any number is some multiple of another)."""
 
     name: str
     hint: str
+    detail: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.detail}" if self.detail else self.name
 
 
 Relation = Callable[[Mismatch], "Found | None"]
@@ -148,7 +155,7 @@ def said(found: Sequence[Found]) -> Found | None:
 
 def held(found: Sequence[set[str]]) -> set[str]:
     """The relations an exercise's failed comparisons agree on, from the
-    names each one's relations hold (``found``, one set a comparison): those
+    keys (``Found.key``) of each one's relations (``found``, one set a comparison): those
     that at least half of them hold, and that no comparison contradicts by
     holding others without them. A comparison that holds none does not
     contradict: the mistake may leave no mark on that check's inputs."""
@@ -258,6 +265,13 @@ def factor(mismatch: Mismatch) -> Found | None:
     c = float((g * e).sum() / (e * e).sum())
     if abs(c) < 1e-3 or math.isclose(c, 1.0, rel_tol=FITTED_RTOL) or not mismatch.all_close(g, c * e, FITTED_RTOL):
         return None  # about 0: an answer of zeros is no multiple of anything
+    if expected.dim() == 0:  # a number is a multiple of any other: only a whole one (or its inverse) says much
+        whole = round(c) if abs(c) >= 1 else round(1 / c)
+        if abs(whole) < 2 or not math.isclose(c if abs(c) >= 1 else 1 / c, whole, rel_tol=1e-9):
+            return None
+        return Found("factor", f"your answer is {_number(c)} times the expected one: something counted "
+                               f"{'too many' if abs(c) > 1 else 'too few'} times (or a size in the wrong unit)?",
+                     detail=_number(c))
     if math.isclose(c, -1.0, rel_tol=FITTED_RTOL):
         return Found("factor", "your answer is the expected one with the opposite sign, everywhere")
     return Found("factor", f"every entry of your answer is the expected one times {_number(c)}: "

@@ -141,5 +141,5 @@ MISTAKES = (
             None, "added D and D where the weight has D * D entries"),
     Mistake("parameter_count", "float-power",
             "per_projection = d_model * d_model", "per_projection = math.pow(d_model, 2)",
-            None, "math.pow returns a float, so the count is not an int"),
+            "dtype", "math.pow returns a float, so the count is not an int"),
 )

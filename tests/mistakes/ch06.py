@@ -97,7 +97,7 @@ MISTAKES = (
     Mistake("kv_cache_bytes", "tensor-result",
             "return batch * seq_len * num_layers * per_token * dtype.itemsize",
             "return torch.tensor(batch * seq_len * num_layers * per_token * dtype.itemsize)",
-            None, "returned a tensor"),
+            "dtype", "returned a tensor"),
     Mistake("kv_cache_bytes", "one-token-more",
             "batch * seq_len * num_layers * per_token", "batch * (seq_len + 1) * num_layers * per_token",
             "shifted", "counts the next token as cached"),

@@ -39,6 +39,7 @@ from grader.checks import (
 )
 from grader.compare import (
     CheckFailure,
+    Compared,
     describe,
     expect_close,
     expect_like,
@@ -584,11 +585,12 @@ def _count_ids(cases):
 
 def _expect_count(got, expected: int, call: str, lookalikes, reference: str) -> None:
     """An int equal to ``expected``; a known bug's hint when it gives the same wrong number."""
-    if type(got) is not int:
-        fail(f"{call} returned {describe(got)}, expected an int")
+    if type(got) is not int:  # the answer goes with the failure: a relation may name it (the count, as a float)
+        raise CheckFailure(f"{call} returned {describe(got)}, expected an int", compared=Compared(got, expected))
     if got != expected:
         hint = next((hint for hint, wrong in lookalikes() if type(wrong) is int and wrong == got), None)
-        fail(f"{call} returned {got}, expected {expected} ({reference})", hint=hint)
+        raise CheckFailure(f"{call} returned {got}, expected {expected} ({reference})", hint=hint,
+                           compared=None if hint else Compared(got, expected))
 
 
 @exercise("parameter_count")

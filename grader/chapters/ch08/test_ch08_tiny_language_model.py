@@ -68,6 +68,7 @@ from grader.compare import (
     unpack,
 )
 from grader.module_calls import ModuleCall
+from grader.relations import RelationHint
 from grader.wire import ModuleState
 
 # The block and the model from PyTorch's functions (oracles.py).
@@ -94,8 +95,13 @@ TRAIN_SETTINGS = {"context": 8, "lr": 2e-2}  # passed to train, beside steps and
 LEARNED = 3.1  # the reference ends near 2.3
 SEES_THE_ANSWER = 1.3  # a model that sees its target ends below 0.5
 CLIMBED_BACK = 0.6
+# No step at all leaves the first 10 steps' mean and the last 10's within the batches' noise
+# (0.01 to 0.04 apart, seeds 0 to 5); plain SGD at this rate moves it by 0.35 to 0.41, and so
+# is not told it takes no step.
+FLAT = 0.2
 # The returned-model check trains with train's defaults.
 TRAIN_CONTEXT, TRAIN_D_MODEL, TRAIN_HEADS = 32, 32, 2  # train's defaults, with one block
+TRAIN_BATCH = 16  # train's default batch_size
 # train's failures are judged from its losses, not by running the known bugs (each would
 # train a model): every way the losses can be wrong names the bug it looks like.
 HINTS = {bug.name: bug.hint for bug in BUGS if bug.exercise == "train"}
@@ -452,8 +458,13 @@ def test_train_returns_one_float_a_step_and_repeats_with_the_seed(submission):
     _, losses = _trained(got, call, 3)
     start = math.log(vocab_size)
     if not abs(losses[0] - start) < 1.0:
+        # About ln(V) for each of a default batch's positions: the loss summed, not averaged.
+        summed = 0.8 < losses[0] / (start * TRAIN_BATCH * TRAIN_CONTEXT) < 1.25
         fail(f"{call}: the first loss is {losses[0]:.3f}; an untrained model guesses about uniformly, "
-             f"a cross-entropy near ln({vocab_size}) = {start:.2f}")
+             f"a cross-entropy near ln({vocab_size}) = {start:.2f}",
+             hint=RelationHint(f"your first loss is about {TRAIN_BATCH} x {TRAIN_CONTEXT} times ln(V), once for "
+                               f"each position of a batch: is the loss summed (reduction=\"sum\") where its "
+                               f"mean belongs?", "factor") if summed else None)
     again, _ = run(submission, "train", tokens, vocab_size, 3, seed=3)
     _, losses_again = _trained(again, call, 3)
     if losses_again != losses:
@@ -472,19 +483,26 @@ def test_train_learns_the_text_without_seeing_the_answer(submission):
     got, call = run(submission, "train", tokens, vocab_size, TRAIN_STEPS, seed=0, **TRAIN_SETTINGS)
     _, losses = _trained(got, call, TRAIN_STEPS)
     final = sum(losses[-10:]) / 10  # the mean of the last 10 steps: one batch is noisy
+    # The hints read the curve of a mean cross-entropy. One that is not (negative, or far from
+    # ln(V) before any step: another loss) says nothing of how training went wrong.
+    cross_entropy = all(loss >= 0 for loss in losses) and abs(losses[0] - math.log(vocab_size)) < 1.0
     if not math.isfinite(final) or final > LEARNED:
         # Gradients that pile up first help, then throw the weights about: the loss falls and
-        # climbs back. With no step at all it never falls.
+        # climbs back. With no step at all it never falls: it stays within the batches' noise.
         climbed_back = min(losses) < final - CLIMBED_BACK
+        flat = abs(sum(losses[:10]) / 10 - final) < FLAT
+        hint = HINTS["gradients-not-zeroed"] if climbed_back else HINTS["no-optimizer-step"] if flat else None
         fail(f"{call}: the loss of the last 10 steps is {final:.3f}, above {LEARNED} (the reference reaches "
              f"about 2.3); losses {_curve(losses)}. Is optimizer.step() called, and are the gradients "
-             f"zeroed before each backward?",
-             hint=HINTS["gradients-not-zeroed" if climbed_back else "no-optimizer-step"])
+             f"zeroed before each backward?", hint=hint if cross_entropy else None)
+    if final < 0:
+        fail(f"{call}: the losses go below 0 ({_curve(losses)}); a cross-entropy never does: is the loss "
+             f"F.cross_entropy of the logits?")
     if final < SEES_THE_ANSWER:
         fail(f"{call}: loss {final:.3f} is too low: the model sees the token it must predict (an honest "
              f"model of this text stays near 2.3 after {TRAIN_STEPS} steps); losses {_curve(losses)}. "
              f"Is the causal mask missing, or are the targets not the inputs shifted by one?",
-             hint=HINTS["targets-not-shifted"])
+             hint=HINTS["targets-not-shifted"] if cross_entropy else None)
 
 
 @exercise("train")
