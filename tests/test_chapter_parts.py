@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mistakes import MIN_MISTAKES
 
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, Exercise
 from grader.known_bugs import KNOWN_BUGS
@@ -141,6 +142,20 @@ def _correct_styles(chapter: Chapter, root: Path) -> str | None:
     return None if len(found) >= 3 else f"holds {len(found)} {chapter.id}_<style>.py, three at least are needed"
 
 
+def _mistakes(chapter: Chapter, root: Path) -> str | None:
+    """Read, not imported: each exercise's ``Mistake``s in ``MISTAKES`` (the
+    corpus's rules, tests/test_mistakes.py, hold the rest)."""
+    path = root / "tests" / "mistakes" / f"{chapter.id}.py"
+    if not path.is_file():
+        return "no such file"
+    calls = [node for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Mistake" and node.args
+             and isinstance(node.args[0], ast.Constant)]
+    counts = {exercise.name: sum(call.args[0].value == exercise.name for call in calls) for exercise in chapter.exercises}
+    few = [f"{name} ({count})" for name, count in counts.items() if count < MIN_MISTAKES]
+    return f"fewer than {MIN_MISTAKES} mistakes for {', '.join(few)}" if few else None
+
+
 def _readme_row(chapter: Chapter, root: Path) -> str | None:
     text = (root / "README.md").read_text(encoding="utf-8")
     table = text[text.find("## Chapters"):]
@@ -180,10 +195,11 @@ PARTS = [
          _chapter_tests),
     Part("correct-styles", 10, "Correct styles", lambda chapter: f"tests/correct_styles/{chapter.id}_<style>.py",
          _correct_styles),
-    Part("readme-row", 11, "README row", lambda chapter: "README.md", _readme_row),
-    Part("built", 12, "Build", lambda chapter: f"exercises/{chapter.module}.py and .ipynb",
+    Part("mistakes", 11, "Uncatalogued mistakes", lambda chapter: f"tests/mistakes/{chapter.id}.py", _mistakes),
+    Part("readme-row", 12, "README row", lambda chapter: "README.md", _readme_row),
+    Part("built", 13, "Build", lambda chapter: f"exercises/{chapter.module}.py and .ipynb",
          _exists(lambda chapter, root: chapter.stub(root), lambda chapter, root: chapter.notebook(root))),
-    Part("snapshot", 13, "Snapshot", lambda chapter: "tests/snapshots/grades.json", _snapshot_entry),
+    Part("snapshot", 14, "Snapshot", lambda chapter: "tests/snapshots/grades.json", _snapshot_entry),
 ]
 
 

@@ -65,13 +65,16 @@ def test_bug_names_are_unique_within_an_exercise(chapter):
     assert len(keys) == len(set(keys))
 
 
-def test_a_wrong_answer_like_no_known_bug_gets_no_hint(grade_source):
+def test_a_wrong_answer_like_no_known_bug_gets_no_known_bugs_hint(grade_source):
+    """The output doubled: no known bug gives it, so no known bug's hint;
+    the relation it bears (a factor of 2, ``grader.relations``) names it."""
     source = SOLUTION.replace("return weights @ v, weights  # (..., L, d_v), (..., L, S)",
                               "return weights @ v * 2, weights")
     report = grade_source(source)
     result = result_of(report, "scaled_dot_product_attention")
     assert result.status == "failed"
-    assert all(check.hint is None for check in result.failed_checks)
+    assert all(check.hint is None or check.relation == "factor" for check in result.failed_checks)
+    assert any(check.relation == "factor" for check in result.failed_checks)
 
 
 def test_a_bug_edit_must_match_the_solution_exactly():

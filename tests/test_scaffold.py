@@ -111,7 +111,7 @@ def test_the_skeleton_builds_grades_and_the_suite_says_what_is_left(tmp_path):
     # What is left is what the scaffold cannot write, each part named with its step.
     parts = _run(copy, "-m", "pytest", "-q", "-n0", "--tb=line", "tests/test_chapter_parts.py", "-k", chapter_id)
     assert _failed(parts) == {f"test_the_chapter_has_the_part[{chapter_id}-{part}]"
-                              for part in ("known-bugs", "correct-styles", "snapshot")}
+                              for part in ("known-bugs", "correct-styles", "mistakes", "snapshot")}
     assert "step 10, \"Correct styles\"" in parts.stdout and "tests/correct_styles/ch09_<style>.py" in parts.stdout
 
     # A second time it refuses, in one line, and writes nothing.

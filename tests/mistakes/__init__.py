@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MIN_MISTAKES = 5  # an exercise's, at least
+
 
 @dataclass(frozen=True)
 class Mistake:
