@@ -256,7 +256,7 @@ def expect_attention(got, expected, call_text: str, lookalikes=None, reference: 
     output, weights = unpack(got, ("output", "weights"), call_text)
     expected_output, expected_weights = expected
     expect_close(weights, expected_weights, f"weights of {call_text}", reference=reference,
-                 lookalikes=lookalikes.part(1) if lookalikes else None, rtol=rtol, axes=("queries", "keys"))
+                 lookalikes=lookalikes.part(1, got) if lookalikes else None, rtol=rtol, axes=("queries", "keys"))
     expect_close(output, expected_output, f"output of {call_text}", reference=reference,
-                 lookalikes=lookalikes.part(0) if lookalikes else None, rtol=rtol, axes=("queries", "features"))
+                 lookalikes=lookalikes.part(0, got) if lookalikes else None, rtol=rtol, axes=("queries", "features"))
     return output, weights

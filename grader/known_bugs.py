@@ -300,17 +300,13 @@ class Lookalikes:
         self.seen = seen
 
     def __call__(self) -> Iterator[tuple[str, object]]:
-        return self._outputs(None)
+        return ((bug.hint, output) for bug, output in self.outputs_by_bug(self.seen))
 
-    def part(self, index: int):
-        return lambda: self._outputs(index)
-
-    def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
-        for bug, output in self.outputs_by_bug(self.seen):
-            try:
-                yield bug.hint, output if index is None else output[index]
-            except Exception:  # an output without that part explains nothing
-                continue
+    def part(self, index: int, answer: object = None):
+        """Lookalikes of item ``index`` of a tuple output; given the whole
+        ``answer``, only of the bugs whose other items match it too
+        (``explaining_the_rest``)."""
+        return lambda: explaining_the_rest(self(), index, answer)
 
     def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug | Combination | Variant, object]]:
         """Each bug that runs on these inputs, with its whole output, then each
@@ -374,6 +370,26 @@ class Lookalikes:
 
 
 _FAILED = object()
+
+
+def explaining_the_rest(pairs: Iterable[tuple[str, object]], index: int,
+                        answer: object = None) -> Iterator[tuple[str, object]]:
+    """``(hint, item index of the output)`` of each ``(hint, output)``; where
+    the whole ``answer`` is given, only of those outputs whose other items
+    it matches too. A bug that gives one item of an answer and not the
+    others does not explain that answer: a student's weights can be a known
+    bug's while the output is right (or wrong in another way)."""
+    from grader.compare import matches
+
+    for hint, output in pairs:
+        try:
+            item = output[index]
+            if answer is not None and not (len(answer) == len(output) and all(
+                    matches(answer[other], output[other]) for other in range(len(output)) if other != index)):
+                continue
+        except Exception:  # an output without that item (or of another kind) explains nothing
+            continue
+        yield hint, item
 
 
 def _same(a: object, b: object) -> bool:

@@ -348,12 +348,15 @@ class ReplayLookalikes:
         self._chapter, self._recording, self._key, self._seen = chapter, recording, key, seen
 
     def __call__(self) -> Iterator[tuple[str, object]]:
-        return self._outputs(None)
+        return self._outputs()
 
-    def part(self, index: int):
-        return lambda: self._outputs(index)
+    def part(self, index: int, answer: object = None):
+        """As ``Lookalikes.part``."""
+        from grader.known_bugs import explaining_the_rest
 
-    def _outputs(self, index: int | None) -> Iterator[tuple[str, object]]:
+        return lambda: explaining_the_rest(self._outputs(), index, answer)
+
+    def _outputs(self) -> Iterator[tuple[str, object]]:
         from grader.chapters import KnownBug
         from grader.known_bugs import KNOWN_BUGS, Combination, seen_first
         from grader.relations import RelationHint, Variant
@@ -376,13 +379,7 @@ class ReplayLookalikes:
         changed = [pair for pair in pairs if isinstance(pair[0], Variant)]
         for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
                 seen_first(together, lambda pair: pair[0].hint, self._seen) + changed:
-            output = value_of(node)
-            if index is not None:
-                try:
-                    output = output[index]
-                except (TypeError, IndexError):  # as Lookalikes: an output without that part
-                    continue
-            yield bug.hint, output
+            yield bug.hint, value_of(node)
 
 
 # -- oracles ----------------------------------------------------------------------------

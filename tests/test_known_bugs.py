@@ -11,6 +11,7 @@ from conftest import (SOLUTION, affected_by, limits_for, replace_function, resul
 from grader.catalog import CHAPTERS
 from grader.known_bugs import (KNOWN_BUGS, Lookalikes, apply_bug, apply_bugs, buggy_modules, combined_modules,
                                function_span)
+from grader.relations import RelationHint
 
 ALL_BUGS = [(chapter, bug) for chapter in CHAPTERS for bug in KNOWN_BUGS[chapter.id]]
 EXERCISES = [(chapter, exercise) for chapter in CHAPTERS for exercise in chapter.exercises]
@@ -128,7 +129,11 @@ def test_a_single_bug_that_explains_an_answer_wins_over_any_combination():
     singles = len(KNOWN_BUGS["ch01"])  # every bug of the chapter runs; the exercise's own first
     assert sorted(hints[:singles]) == sorted(bug.hint for bug in KNOWN_BUGS["ch01"])
     assert len(hints) > singles
-    assert all(hint.startswith("looks like two mistakes together") for hint in hints[singles:])
+    # Then the combinations, then the relations' variants of the call (``grader.relations``).
+    later = [isinstance(hint, RelationHint) for hint in hints[singles:]]
+    assert later == sorted(later) and not all(later)
+    assert all(hint.startswith("looks like two mistakes together") for hint in hints[singles:]
+               if not isinstance(hint, RelationHint))
 
 
 def _code(code: types.CodeType) -> types.CodeType:

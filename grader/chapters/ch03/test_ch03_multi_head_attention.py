@@ -446,14 +446,14 @@ def _training_call(submission, inputs):
 @exercise("MultiHeadAttention")
 def test_module_dropout_drops_weights(submission, reference, bugs, inputs):
     """in training, zeroes some attention weights and scales the rest by 1/(1-p)"""
-    x, state, heads, p, recipe, _, weights, call = _training_call(submission, inputs)
+    x, state, heads, p, recipe, output, weights, call = _training_call(submission, inputs)
     eval_recipe = _recipe(state, x.shape[-1], heads)
     _, eval_weights = reference_module_call(reference, "MultiHeadAttention", eval_recipe, x,
                                             need_weights=True)
     kept = weights != 0
     expect_close(weights, torch.where(kept, eval_weights / (1 - p), 0.0),
                  f"weights of {call} (each weight must be 0 or its eval-mode value / (1 - p))",
-                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(1),
+                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(1, (output, weights)),
                  reference="the eval-mode weights / (1 - p) where yours are not 0")
     dropped = int((~kept).sum())
     expect_true(dropped > 0, f"{call} dropped no attention weight (p=0.5, {weights.numel()} weights)")
@@ -469,7 +469,7 @@ def test_module_dropout_output_uses_returned_weights(submission, bugs, inputs):
     through_output = oracles.values_through_output(state, heads, x)  # (B, H, T, D)
     expected = (weights @ through_output).sum(dim=-3) + state["out.bias"]  # (B, T, D)
     expect_close(output, expected, f"output of {call}",
-                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(0),
+                 lookalikes=bugs.module("MultiHeadAttention", recipe, x, need_weights=True).part(0, (output, weights)),
                  reference="out(merge_heads(weights @ v)) recomputed with your returned weights")
 
 

@@ -187,7 +187,7 @@ def test_gqa_matches_pytorch_enable_gqa(submission, bugs, inputs, case):
     output, _ = unpack(got, ("output", "weights"), call)
     expected = oracles.enable_gqa_attention(q, k, v)
     expect_close(output, expected, f"output of {call}",
-                 lookalikes=bugs.grouped_query_attention(q, k, v).part(0),
+                 lookalikes=bugs.grouped_query_attention(q, k, v).part(0, got),
                  reference="F.scaled_dot_product_attention(..., enable_gqa=True)")
 
 
@@ -204,13 +204,13 @@ def test_gqa_query_head_uses_kv_head_h_over_group(submission, bugs, inputs, case
     pair_outputs, pair_weights = oracles.head_with_each_kv_head(q, k, v)
     expect_like(weights, expected_weights, f"weights of {call}")
     if not _expect_head_order(weights, lambda h, j: pair_weights[:, h, j], k.shape[1],
-                              f"weights of {call}", lookalikes.part(1)):
-        expect_close(weights, expected_weights, f"weights of {call}", lookalikes=lookalikes.part(1),
+                              f"weights of {call}", lookalikes.part(1, got)):
+        expect_close(weights, expected_weights, f"weights of {call}", lookalikes=lookalikes.part(1, got),
                      reference="a loop over query heads, head h with K/V head h // group")
     expect_like(output, expected_output, f"output of {call}")
     if not _expect_head_order(output, lambda h, j: pair_outputs[:, h, j], k.shape[1],
-                              f"output of {call}", lookalikes.part(0)):
-        expect_close(output, expected_output, f"output of {call}", lookalikes=lookalikes.part(0),
+                              f"output of {call}", lookalikes.part(0, got)):
+        expect_close(output, expected_output, f"output of {call}", lookalikes=lookalikes.part(0, got),
                      reference="a loop over query heads, head h with K/V head h // group")
 
 

@@ -168,9 +168,9 @@ def _expect_tiled(got, call: str, expected, lookalikes=None, reference=("the ref
     each was computed by, for messages."""
     out, lse = unpack(got, ("out", "lse"), call)
     expect_close(out, expected[0], f"out of {call}", reference=reference[0], rtol=rtol,
-                 lookalikes=lookalikes.part(0) if lookalikes else None)
+                 lookalikes=lookalikes.part(0, got) if lookalikes else None)
     expect_close(lse, expected[1], f"lse of {call}", reference=reference[1], rtol=rtol,
-                 lookalikes=lookalikes.part(1) if lookalikes else None)
+                 lookalikes=lookalikes.part(1, got) if lookalikes else None)
 
 
 @exercise("tiled_attention")
@@ -387,8 +387,8 @@ def test_merge_puts_your_tiled_attention_together(submission, bugs, inputs, case
 def _expect_merged(got, call: str, expected, lookalikes, reference: str) -> None:
     """An ``(out, lse)`` pair, the log-sum-exp first: it explains the output."""
     out, lse = unpack(got, ("out", "lse"), call)
-    expect_close(lse, expected[1], f"lse of {call}", lookalikes=lookalikes.part(1), reference=reference)
-    expect_close(out, expected[0], f"out of {call}", lookalikes=lookalikes.part(0), reference=reference)
+    expect_close(lse, expected[1], f"lse of {call}", lookalikes=lookalikes.part(1, got), reference=reference)
+    expect_close(out, expected[0], f"out of {call}", lookalikes=lookalikes.part(0, got), reference=reference)
 
 
 # -- every exercise -----------------------------------------------------------------------
