@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--no-catalog", action="store_true", help="grade the corpus only")
     options = parser.parse_args()
     chapters = [find_chapter(chapter_id) for chapter_id in options.chapters]
-    mistakes = {(chapter.id, index): mistake for chapter in chapters for index, mistake in enumerate(corpus(chapter.id))}
+    mistakes = {(chapter.id, index): mistake
+                for chapter in chapters for index, mistake in enumerate(corpus(chapter.id))}
     tasks = [("corpus", chapter_id, index, True) for chapter_id, index in mistakes]
     if not options.no_catalog:
         tasks += [("catalog", chapter.id, index, on) for chapter in chapters

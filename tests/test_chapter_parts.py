@@ -151,7 +151,8 @@ def _mistakes(chapter: Chapter, root: Path) -> str | None:
     calls = [node for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Mistake" and node.args
              and isinstance(node.args[0], ast.Constant)]
-    counts = {exercise.name: sum(call.args[0].value == exercise.name for call in calls) for exercise in chapter.exercises}
+    counts = {exercise.name: sum(call.args[0].value == exercise.name for call in calls)
+              for exercise in chapter.exercises}
     few = [f"{name} ({count})" for name, count in counts.items() if count < MIN_MISTAKES]
     return f"fewer than {MIN_MISTAKES} mistakes for {', '.join(few)}" if few else None
 

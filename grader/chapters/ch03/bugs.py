@@ -64,7 +64,9 @@ BUGS = (
     KnownBug("multi_head_attention", "x-times-w",
              "looks like a projection computes x @ W instead of x @ W.T (weights are stored "
              "(d_out, d_in), as nn.Linear stores them)",
-             "query @ w_q.T", "query @ w_q", error=r"mat1 and mat2 shapes cannot be multiplied"),
+             # (n x d_in) @ (d_out x d_in): a weight not transposed, its columns the input's.
+             "query @ w_q.T", "query @ w_q",
+             error=r"mat1 and mat2 shapes cannot be multiplied \(\d+x(\d+) and \d+x\1\)"),
     KnownBug("multi_head_attention", "no-output-projection", _NO_OUT + " (@ w_o.T)",
              "merge_heads(weights @ v) @ w_o.T", "merge_heads(weights @ v)"),
     KnownBug("multi_head_attention", "merge-without-transpose",
