@@ -239,7 +239,8 @@ def expect_close(
         expect_like(got, expected, what)
     except CheckFailure as failure:  # a wrong shape can be a known bug's shape
         failure.hint = failure.hint or matching_hint(got, lookalikes)
-        if failure.hint is None and isinstance(got, (torch.Tensor, np.ndarray)):  # shape or dtype
+        if failure.hint is None and isinstance(got, torch.Tensor) == isinstance(expected, torch.Tensor) and \
+                isinstance(got, (torch.Tensor, np.ndarray)):  # of the right kind: another shape or dtype
             failure.compared = Compared(got, expected, tuple(axes), *tolerance)
         raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)

@@ -14,7 +14,11 @@ A wrong hint is worse than none. A relation is named only when it explains
 every entry within the check's tolerance (or, for a fitted constant, within
 a tolerance a little looser than the check's, given below); where two
 explain the answer, both are named; where more do, none is, since the
-answer then says too little to tell them apart.
+answer then says too little to tell them apart. And it is named only where
+the exercise's failed comparisons agree on it (``held``): one input can
+make a mistake look like another (a factor at position 1, a permutation at
+position 0). A known bug's hint keeps its priority over them all
+(``check_runner``).
 
 Each relation is a function ``(Mismatch) -> Found | None`` in ``RELATIONS``;
 a chapter adds its own in ``grader/chapters/chNN/relations.py``
@@ -221,7 +225,7 @@ def chapter_relations(chapter: str | None) -> tuple[Relation, ...]:
 
 
 def _number(value: float) -> str:
-    """A factor as a student reads it: 2.83 (sqrt 8), 0.125 (1/8)."""
+    """A factor as a student reads it: "2.828 (sqrt(8))", "0.125 (1/8)", "3"."""
     for n in range(2, 4097):
         for text, candidate in ((f"{n}", n), (f"1/{n}", 1 / n), (f"sqrt({n})", math.sqrt(n)),
                                 (f"1/sqrt({n})", 1 / math.sqrt(n))):
