@@ -675,8 +675,8 @@ def _scaled_scores(places, value, changed) -> list[Variant]:
 def variants(args: tuple, kwargs: dict, names: Sequence[str]) -> list[Variant]:
     """Each change of the call ``(args, kwargs)`` a relation names: two
     arrays of one shape exchanged ("roles"); an array or integer positions
-    negated ("sign"); integer positions, or a count above 1, one more or one
-    less ("shifted"); the attention scores scaled wrongly ("scale",
+    negated ("sign"); integer positions, or a length or a number of tokens,
+    one more or one less ("shifted"); the attention scores scaled wrongly ("scale",
     ``_scaled_scores``); a mask left out, or a boolean one with True and False
     swapped, or ``causal=True`` left out ("masked", "inverted"). ``names``:
     the function's parameter names, for the positional arguments."""
@@ -710,7 +710,7 @@ def variants(args: tuple, kwargs: dict, names: Sequence[str]) -> list[Variant]:
             found.append(Variant(RelationHint(
                 f"your answer is the right one for -{label}, {label} negated: a sign slip (a difference taken "
                 f"the other way round, a rotation the other way)?", "sign"), *changed((where, -given))))
-        if _is_integers(given) or (type(given) is int and given > 1 and _POSITIONAL.search(label)):
+        if _is_integers(given) or (type(given) is int and given > 0 and _POSITIONAL.search(label)):
             for step, word in ((1, "+ 1"), (-1, "- 1")):
                 found.append(Variant(RelationHint(
                     f"your answer is the right one for {label} {word}: positions (or a count) off by one?",
