@@ -9,11 +9,14 @@ over it, and the exercise's verdict names it.
 """
 
 import math
+import sys
+import types
 
 import numpy as np
 import pytest
 import torch
 
+from grader import relations
 from grader.catalog import find_chapter
 from grader.check_runner import ChapterRun, CheckResult
 from grader.compare import CheckFailure, expect_close
@@ -193,3 +196,23 @@ def test_the_verdict_names_a_relation_of_any_failed_check():
     checks = [_result("softmax"), _result("softmax", "your values sum to 1 over dim -2", "normalized_over")]
     verdict = _verdict(chapter, exercise, checks, {})
     assert verdict.reason.startswith("your values sum to 1 over dim -2")
+
+
+def test_a_chapter_adds_its_own_relations(monkeypatch):
+    """``grader/chapters/chNN/relations.py``'s ``RELATIONS`` are tried after the shared ones."""
+
+    def halved_heads(mismatch):  # what a chapter might know of its answers' layout
+        return relations.Found("halved", "your heads are halved") if mismatch.got.shape[-1] * 2 == \
+            mismatch.expected.shape[-1] else None
+
+    module = types.ModuleType("grader.chapters.ch01.relations")
+    module.RELATIONS = (halved_heads,)
+    monkeypatch.setitem(sys.modules, "grader.chapters.ch01.relations", module)
+    relations.chapter_relations.cache_clear()
+    try:
+        expected = _scores(2, 8)
+        assert named(expected[:, :4], expected) is None
+        found = explain(expected[:, :4], expected, chapter="ch01")
+        assert found is not None and found.name == "halved"
+    finally:
+        relations.chapter_relations.cache_clear()
