@@ -680,6 +680,8 @@ def variants(args: tuple, kwargs: dict, names: Sequence[str]) -> list[Variant]:
     ``_scaled_scores``); a mask left out, or a boolean one with True and False
     swapped, or ``causal=True`` left out ("masked", "inverted"). ``names``:
     the function's parameter names, for the positional arguments."""
+    if not ENABLED:
+        return []
     places = [(names[index] if index < len(names) else f"argument {index + 1}", index)
               for index in range(len(args))] + [(key, key) for key in kwargs]
 
