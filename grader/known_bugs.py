@@ -30,6 +30,7 @@ import torch
 
 from grader import relations
 from grader.chapters import KnownBug, read_known_bugs
+from grader.compare import matches
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 from grader.recorded_values import equal
@@ -379,8 +380,6 @@ def explaining_the_rest(pairs: Iterable[tuple[str, object]], index: int,
     it matches too. A bug that gives one item of an answer and not the
     others does not explain that answer: a student's weights can be a known
     bug's while the output is right (or wrong in another way)."""
-    from grader.compare import matches
-
     for hint, output in pairs:
         try:
             item = output[index]

@@ -45,6 +45,8 @@ from functools import cache
 import numpy as np
 import torch
 
+from grader.compare import close_mask
+
 ENABLED = True  # off only to measure what relations change (bench/hints.py)
 LARGEST = 1 << 16  # entries: a larger answer is not examined (its comparison says enough)
 FITTED_RTOL = 1e-3  # for a relation with a fitted constant (a factor, a temperature)
@@ -71,14 +73,9 @@ class Mismatch:
         return self.got.shape == self.expected.shape
 
     def close(self, got: torch.Tensor, expected: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
-        """Elementwise: ``got`` within tolerance of ``expected`` (NaN equal to
-        NaN, an infinity to the same infinity)."""
-        if got.dtype == torch.bool or expected.dtype == torch.bool:
-            return got == expected
-        rtol = self.rtol if rtol is None else rtol
-        finite = torch.isfinite(expected) & ((got - expected).abs() <= self.atol + rtol * expected.abs())
-        return finite | (torch.isnan(got) & torch.isnan(expected)) | \
-            (torch.isinf(got) & (got == expected))
+        """Elementwise: ``got`` within tolerance of ``expected``, as the checks
+        compare (``compare.close_mask``), NaN equal to NaN."""
+        return close_mask(got, expected, self.rtol if rtol is None else rtol, self.atol, equal_nan=True)
 
     def all_close(self, got: torch.Tensor, expected: torch.Tensor, rtol: float | None = None) -> bool:
         return got.shape == expected.shape and bool(self.close(got, expected, rtol).all())
