@@ -20,7 +20,6 @@ A mistake's hints are those of its exercise's failed checks.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -34,22 +33,8 @@ from grader.known_bugs import KNOWN_BUGS, apply_bug
 from grader.sandbox import preload
 from grader.side_by_side import forked_pool
 
-CORPUS = COURSE_ROOT / "tests" / "mistakes"
-
-
-def corpus(chapter_id: str) -> tuple:
-    """The chapter's ``MISTAKES`` (``tests/mistakes/chNN.py``), or none."""
-    path = CORPUS / f"{chapter_id}.py"
-    if not path.is_file():
-        return ()
-    sys.path.insert(0, str(CORPUS.parent))  # its ``from mistakes import Mistake``
-    try:
-        spec = importlib.util.spec_from_file_location(f"mistakes.{chapter_id}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(CORPUS.parent))
-    return module.MISTAKES
+sys.path.insert(0, str(COURSE_ROOT / "tests"))  # the corpus's package, ``mistakes``
+from mistakes import of_chapter as corpus  # noqa: E402 - found once the path above is there
 
 
 @dataclass

@@ -11,12 +11,10 @@ mistakes, one of each way a relation is found, go through a real grade.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
-import sys
 
 import pytest
-from mistakes import MIN_MISTAKES
+from mistakes import MIN_MISTAKES, of_chapter
 
 from grader import recorded, relations
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
@@ -26,22 +24,11 @@ from grader.known_bugs import KNOWN_BUGS, apply_bug
 CORPUS = COURSE_ROOT / "tests" / "mistakes"
 
 
-def mistakes(chapter_id: str) -> tuple:
-    sys.path.insert(0, str(CORPUS.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(f"mistakes.{chapter_id}", CORPUS / f"{chapter_id}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(CORPUS.parent))
-    return module.MISTAKES
-
-
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
 def test_every_exercise_has_its_mistakes_each_an_edit_of_the_reference(chapter):
     assert (CORPUS / f"{chapter.id}.py").is_file(), \
         f"tests/mistakes/{chapter.id}.py is missing: write its MISTAKES (grader/README.md, 'Adding a chapter')"
-    found = mistakes(chapter.id)
+    found = of_chapter(chapter.id)
     for exercise in chapter.exercises:
         count = sum(mistake.exercise == exercise.name for mistake in found)
         assert count >= MIN_MISTAKES, f"{chapter.id} {exercise.name}: {count} mistakes, at least {MIN_MISTAKES}"
@@ -58,7 +45,7 @@ def test_every_exercise_has_its_mistakes_each_an_edit_of_the_reference(chapter):
 
 
 def _mistake(chapter_id: str, exercise: str, name: str):
-    return next(mistake for mistake in mistakes(chapter_id) if (mistake.exercise, mistake.name) == (exercise, name))
+    return next(mistake for mistake in of_chapter(chapter_id) if (mistake.exercise, mistake.name) == (exercise, name))
 
 
 def _relations(report, exercise: str) -> set[str]:

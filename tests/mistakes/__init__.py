@@ -14,6 +14,7 @@ mistakes that get their hint and the number that get a wrong one.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 MIN_MISTAKES = 5  # an exercise's, at least
@@ -43,3 +44,14 @@ class Mistake:
         if self.relation is None:
             return ()
         return (self.relation,) if isinstance(self.relation, str) else tuple(self.relation)
+
+
+def of_chapter(chapter_id: str) -> tuple[Mistake, ...]:
+    """The chapter's ``MISTAKES`` (``chNN.py`` beside this file); none where it has no file."""
+    name = f"{__name__}.{chapter_id}"
+    try:
+        return importlib.import_module(name).MISTAKES
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        return ()
