@@ -9,7 +9,9 @@ grades the known bugs):
   each with the relation (``grader.relations``) whose hint it should get:
   the share of the caught ones that get it, and the number that get a
   wrong hint instead (a relation that is not theirs, or a known bug's
-  hint);
+  hint). An edit of the reference (``grader.edits``) is right where it
+  writes the mistake's very definition; one that writes another that gives
+  the same answers on every check is counted apart, as "the same answers";
 * the known-bug catalog, graded twice, with relations and without them:
   the number of bugs whose checks' hints differ (relations must leave the
   catalog's hints as they were).
@@ -20,6 +22,7 @@ A mistake's hints are those of its exercise's failed checks.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
 import tempfile
@@ -27,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import relations
-from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
+from grader.edits import edits
 from grader.grading import grade
-from grader.known_bugs import KNOWN_BUGS, apply_bug
+from grader.known_bugs import KNOWN_BUGS, apply_bug, function_span
 from grader.sandbox import preload
 from grader.side_by_side import forked_pool
 
@@ -64,9 +68,23 @@ def _grade(task: tuple[str, str, int, bool], seed: int) -> Graded:
     (result,) = report.exercises
     failed = result.failed_checks
     named = {name for check in failed if check.relation for name in check.relation.split("+")}
+    if relations.EDIT in named:  # judged right only where the named edit is the mistake itself
+        slips = {slip for check in failed if check.relation and relations.EDIT in check.relation
+                 for slip in check.hint.split("; or ")}
+        named.discard(relations.EDIT)
+        named.add(relations.EDIT if _written(chapter, edit) in
+                  {one.source() for one, _ in edits(chapter, edit.exercise) if str(one.hint) in slips}
+                  else "the same answers")
     return Graded(chapter_id, edit.name, bool(failed), named,
                   {check.hint for check in failed if check.hint and not check.relation},
                   tuple(check.hint or "" for check in failed))
+
+
+def _written(chapter: Chapter, mistake) -> str:
+    """The mistake's definition as ``ast.unparse`` writes it (as an edit's ``source`` is)."""
+    source = apply_bug(chapter.solution().read_text(encoding="utf-8"), mistake)
+    start, end = function_span(source, mistake.exercise)
+    return ast.unparse(ast.parse(source[start:end]).body[0])
 
 
 def main() -> None:
@@ -89,13 +107,15 @@ def main() -> None:
         graded = list(pool.map(_grade, tasks, [options.seed] * len(tasks)))
     found = dict(zip(tasks, graded))
 
-    caught = right = wrong = 0
+    caught = right = same = wrong = 0
     for (chapter_id, index), mistake in mistakes.items():
         result = found["corpus", chapter_id, index, True]
         if not result.caught:
             verdict = "not caught"
-        elif result.relations & set(mistake.relations):
+        elif result.relations & {*mistake.relations, relations.EDIT}:
             verdict, right = "right", right + 1
+        elif result.relations == {"the same answers"}:
+            verdict, same = "same answers", same + 1
         elif result.relations or result.catalog_hints:
             verdict, wrong = "WRONG", wrong + 1
         else:
@@ -108,7 +128,8 @@ def main() -> None:
                   + (f"; known bug's hint: {sorted(result.catalog_hints)}" if result.catalog_hints else ""))
     share = f"{right / caught:.0%}" if caught else "-"
     print(f"corpus (seed {options.seed}): {len(mistakes)} mistakes, {caught} caught, "
-          f"a right hint for {right} ({share} of those caught), a wrong hint for {wrong}")
+          f"a right hint for {right} ({share} of those caught), an edit with the same answers for {same}, "
+          f"a wrong hint for {wrong}")
     if options.no_catalog:
         return
     changed = []

@@ -193,6 +193,7 @@ def _exercise_of(item: pytest.Item) -> str:
 # What pytest reads from the environment, as the collecting session has it:
 # no installed plugin, and none of the caller's options or plugins (a
 # PYTEST_ADDOPTS set for the course's own test suite, say). None: unset.
+MISSED_EDITS = 2  # comparisons of an exercise that match no edit of the reference before edits stop
 PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
 
 
@@ -239,8 +240,10 @@ class ChapterRun:
         self.only = only
         self.results: list[CheckResult] = []
         self._reference: object | None = None
-        self._hints_seen: list[str] = []  # what the failed checks so far matched, first first
-        self._examined: list[tuple[CheckResult, list[relations.Found]]] = []  # relations each mismatch holds
+        self._hints_seen = relations.Seen()  # what the failed checks so far matched, first first
+        # The relations each mismatch holds, and whether the edits of the reference were tried on it.
+        self._examined: list[tuple[CheckResult, list[relations.Found], bool]] = []
+        self._edits_missed: dict[str, int] = {}  # an exercise's comparisons that tried the edits and matched none
 
     def run(self) -> None:
         """Run the chapter's checks (those of ``only``) in ``ordered``'s order,
@@ -269,15 +272,33 @@ class ChapterRun:
         """
         named = {result.exercise for result in self.results if result.hint and not result.relation}
         examined: dict[str, list[set[str]]] = {}
-        for result, found in self._examined:
+        tried: dict[str, list[bool]] = {}
+        for result, found, edits_tried in self._examined:
             examined.setdefault(result.exercise, []).append({one.key for one in found})
-        held = {exercise: relations.held(sets) for exercise, sets in examined.items()}
-        for result, found in self._examined:
+            tried.setdefault(result.exercise, []).append(edits_tried)
+        held = {exercise: relations.held(sets, tried[exercise]) for exercise, sets in examined.items()}
+        for result, found, _ in self._examined:
             kept = relations.said([one for one in found if one.key in held[result.exercise]])
             result.hint, result.relation = (kept.hint, kept.name) if kept else (None, None)
         for result in self.results:
             if result.relation and result.exercise in named:
                 result.hint = result.relation = None
+
+    def _edits_left(self, exercise: str) -> frozenset[str] | None:
+        """The edits of the reference (their sentences) that every comparison
+        of ``exercise`` so far that tried them and holds something holds
+        (``relations.Seen``); None where none holds anything yet. None is
+        left once ``MISSED_EDITS`` comparisons that tried them matched none:
+        a student's slip shows in the first checks it fails, and each try
+        runs every edit (a model built and run, hundreds of times)."""
+        if self._edits_missed.get(exercise, 0) >= MISSED_EDITS:
+            return frozenset()
+        prefix = f"{relations.EDIT}:"
+        held = [{one.key for one in found} for result, found, edits_tried in self._examined
+                if result.exercise == exercise and edits_tried and found]
+        if not held:
+            return None
+        return frozenset(key.removeprefix(prefix) for key in set.intersection(*held) if key.startswith(prefix))
 
     def ordered(self, checks: tuple[Check, ...]) -> list[Check]:
         """Each exercise's checks together, in catalog order: an exercise gets
@@ -299,6 +320,7 @@ class ChapterRun:
     def _run(self, check: Check) -> None:
         """Set up the check's fixtures, call it, and record its verdict: the
         setup's, where that failed, else the call's."""
+        self._hints_seen.edits_left = self._edits_left(check.exercise)
         try:
             arguments = {name: check.parameters[name] if name in check.parameters else self._fixture(name, check)
                          for name in check.arguments}
@@ -308,6 +330,7 @@ class ChapterRun:
             self._record(self._result(check, error))
             return
         error = None
+        tried = self._hints_seen.edits_tried
         try:
             check.function(**arguments)
         except KeyboardInterrupt:
@@ -315,6 +338,10 @@ class ChapterRun:
         except BaseException as raised:  # noqa: BLE001 - every way a check ends is a verdict
             error = raised
         result = self._result(check, error)
+        hint = error.hint if isinstance(error, CheckFailure) else None
+        if self._hints_seen.edits_tried > tried and not (isinstance(hint, relations.RelationHints) and any(
+                one.name == relations.EDIT for one in hint.hints)):  # the edits ran, and none gave the answer
+            self._edits_missed[check.exercise] = self._edits_missed.get(check.exercise, 0) + 1
         result.reached = tuple(sorted(self.remote.reached))
         self._record(result)
 
@@ -363,15 +390,21 @@ class ChapterRun:
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
-            if isinstance(error.hint, relations.RelationHint):  # a variant of the call matched
-                result.hint = None  # named once the exercise's checks have run (``_settle_hints``)
-                self._examined.append((result, [relations.Found(error.hint.name, str(error.hint))]))
-            elif result.hint is None and error.compared is not None:
+            related = relations.RelationHints([error.hint]) if isinstance(error.hint, relations.RelationHint) \
+                else error.hint if isinstance(error.hint, relations.RelationHints) else None
+            if related is not None:  # variants or edits of the reference matched: not a known bug's hint
+                result.hint = None
+            edits_tried = related is not None or (error.compared is not None and error.compared.edits_tried)
+            if result.hint is None and (related is not None or error.compared is not None):
+                # Named once the exercise's checks have run (``_settle_hints``), from the
+                # relations that hold between the values compared and the variants or edits matched.
                 compared = error.compared
                 found = relations.examine(compared.got, compared.expected, compared.axes, compared.rtol,
-                                          compared.atol, chapter=self.chapter.id)
-                if found is not None:  # named once the exercise's checks have run (``_settle_hints``)
-                    self._examined.append((result, found))
+                                          compared.atol, chapter=self.chapter.id) if compared else None
+                if related is not None:
+                    found = list({one.key: one for one in [*related.found(), *(found or ())]}.values())
+                if found is not None:
+                    self._examined.append((result, found, edits_tried))
         else:
             result.outcome, result.kind = "failed", Failure.GRADER_ERROR
             result.message = (f"the grader itself failed in this check "

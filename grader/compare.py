@@ -45,6 +45,7 @@ class Compared:
     axes: tuple[str, ...] = ()
     rtol: float = 0.0
     atol: float = 0.0
+    edits_tried: bool = False  # whether the reference's edits (``grader.edits``) were run for it too
 
 
 class CheckFailure(AssertionError):
@@ -239,9 +240,10 @@ def expect_close(
         expect_like(got, expected, what)
     except CheckFailure as failure:  # a wrong shape can be a known bug's shape
         failure.hint = failure.hint or matching_hint(got, lookalikes)
-        if failure.hint is None and isinstance(got, torch.Tensor) == isinstance(expected, torch.Tensor) and \
+        # Where no known bug's hint (a plain str) was found, a relation may still name the mistake.
+        if type(failure.hint) is not str and isinstance(got, torch.Tensor) == isinstance(expected, torch.Tensor) and \
                 isinstance(got, (torch.Tensor, np.ndarray)):  # of the right kind: another shape or dtype
-            failure.compared = Compared(got, expected, tuple(axes), *tolerance)
+            failure.compared = Compared(got, expected, tuple(axes), *tolerance, lookalikes is not None)
         raise
     got_t, expected_t = _as_tensor(got), _as_tensor(expected)
     close = close_mask(got_t, expected_t, *tolerance)
@@ -250,7 +252,8 @@ def expect_close(
     message, summary = _difference(got_t.cpu(), expected_t.cpu(), close.cpu(), what, reference)
     hint = matching_hint(got, lookalikes)
     raise CheckFailure(message, hint=hint, summary=summary,
-                       compared=None if hint else Compared(got, expected, tuple(axes), *tolerance))
+                       compared=None if type(hint) is str else Compared(got, expected, tuple(axes), *tolerance,
+                                                                        lookalikes is not None))
 
 
 def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
@@ -292,13 +295,23 @@ def _difference(got: torch.Tensor, expected: torch.Tensor, close: torch.Tensor,
 def matching_hint(got: object, lookalikes) -> str | None:
     """The hint of the first known bug (``lookalikes()`` yields ``(hint,
     value)``) whose value ``got`` matches; None if none does or
-    ``lookalikes`` is None."""
+    ``lookalikes`` is None. The relations' lookalikes, after the known bugs
+    (``relations.RelationHint``: variants of the call, then edits of the
+    reference), are not taken first come: all that give ``got`` are kept
+    in one ``relations.RelationHints``, since the checks of an exercise
+    must agree on which to name."""
     if lookalikes is None:
         return None
+    from grader.relations import RelationHint, RelationHints
+
+    related: list[RelationHint] = []
     for hint, wrong in lookalikes():
         if matches(got, wrong):
-            return hint
-    return None
+            if not isinstance(hint, RelationHint):
+                return hint
+            if hint not in related:
+                related.append(hint)
+    return RelationHints(related) if related else None
 
 
 def expect_true(condition: bool, message: str) -> None:

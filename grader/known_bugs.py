@@ -20,15 +20,17 @@ import ast
 import inspect
 import itertools
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import torch
 
-from grader import relations
+from grader import edits, relations
 from grader.chapters import KnownBug, read_known_bugs
 from grader.compare import matches
 from grader.catalog import COURSE_ROOT, Chapter
@@ -244,6 +246,43 @@ def _buggy_module(chapter: Chapter, name: str, bugs: Sequence[KnownBug], root: P
 
 
 @cache
+def _reference_tree(chapter: Chapter, root: Path) -> ast.Module:
+    return ast.parse(_reference(chapter, root).source)
+
+
+def definitions_with(chapter: Chapter, exercise: str, definition: ast.FunctionDef | ast.ClassDef,
+                     root: Path = COURSE_ROOT) -> types.CodeType:
+    """The code that, run over the reference module (``edited_module``),
+    puts ``definition`` (an edited syntax tree of ``exercise``) in its
+    place: the file's imports, then the definition and what the module
+    builds from it as it runs, as ``_buggy_module`` runs an edited text;
+    the whole file where the exercise cannot be run again alone."""
+    reference, tree = _reference(chapter, root), _reference_tree(chapter, root)
+    again = reference.redefined.get(exercise)
+    body = [definition if getattr(statement, "name", None) == exercise else statement for statement in tree.body
+            if again is None or isinstance(statement, (ast.Import, ast.ImportFrom))
+            or getattr(statement, "name", None) in again]
+    return compile(ast.Module(body, type_ignores=[]), f"{chapter.module}__{exercise}__edit", "exec",
+                   dont_inherit=True)
+
+
+def edited_module(chapter: Chapter, code: types.CodeType, root: Path = COURSE_ROOT) -> types.ModuleType:
+    """The reference with an edit's ``code`` (``definitions_with``) run over it."""
+    module = types.ModuleType(code.co_filename)
+    exec(_reference(chapter, root).code, module.__dict__)
+    exec(code, module.__dict__)
+    return module
+
+
+@cache
+def _edited_modules(chapter: Chapter, exercise: str,
+                    root: Path = COURSE_ROOT) -> tuple[tuple[edits.Edit, types.ModuleType], ...]:
+    """Each of ``edits.edits`` of the exercise as a module; built on the
+    first answer nothing else explains."""
+    return tuple((edit, edited_module(chapter, code, root)) for edit, code in edits.edits(chapter, exercise, root))
+
+
+@cache
 def _reference_module(chapter: Chapter, root: Path = COURSE_ROOT) -> types.ModuleType:
     """The reference solution itself, run as the bugs' modules are."""
     module = types.ModuleType(f"{chapter.module}__reference")
@@ -309,10 +348,11 @@ class Lookalikes:
         (``explaining_the_rest``)."""
         return lambda: explaining_the_rest(self(), index, answer)
 
-    def outputs_by_bug(self, seen: Sequence[str] = ()) -> Iterator[tuple[KnownBug | Combination | Variant, object]]:
+    def outputs_by_bug(self, seen: Sequence[str] = ()
+                       ) -> Iterator[tuple[KnownBug | Combination | Variant | edits.Edit, object]]:
         """Each bug that runs on these inputs, with its whole output, then each
         combination of the exercise's bugs, then each ``relations.Variant``
-        of the call; with no ``seen``, in the order
+        of the call, then each of ``edits.edits``; with no ``seen``, in the order
         ``grader.recorded`` keeps for the student edition. A generator: the
         combinations are built and run only when no single bug matched."""
         # The exercise's own bugs first: they are the likelier explanation.
@@ -340,6 +380,17 @@ class Lookalikes:
             output = self._run(reference, variant.args, variant.kwargs)
             if output is not _FAILED and (right is _FAILED or not _same(output, right)):
                 yield variant, output
+        # Then one slip anywhere in the exercise's definition (``grader.edits``).
+        if relations.ENABLED and right is not _FAILED:
+            left = getattr(seen, "edits_left", None)  # ``relations.Seen``
+            if isinstance(seen, relations.Seen):
+                seen.edits_tried += 1
+            for edit, module in _edited_modules(self.chapter, self.exercise):
+                if left is not None and str(edit.hint) not in left:
+                    continue
+                output = self._run(module)
+                if output is not _FAILED and _alike(output, right) and not _same(output, right):
+                    yield edit, output
 
     def _parameter_names(self, reference: types.ModuleType) -> list[str]:
         """The names of the call's positional parameters, as the reference
@@ -362,12 +413,15 @@ class Lookalikes:
         on these inputs explains nothing."""
         args = _cloned(self.args if args is None else args)
         kwargs = _cloned(self.kwargs if kwargs is None else kwargs)
-        try:
-            if self.module is None:
-                return getattr(module, self.function)(*args, **kwargs)
-            return run_module_call(module, self.function, self.module, args, kwargs)
-        except Exception:
-            return _FAILED
+        # A wrong function may divide by zero: its NumPy warnings say nothing to anyone here.
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            try:
+                if self.module is None:
+                    return getattr(module, self.function)(*args, **kwargs)
+                return run_module_call(module, self.function, self.module, args, kwargs)
+            except Exception:
+                return _FAILED
 
 
 _FAILED = object()
@@ -389,6 +443,16 @@ def explaining_the_rest(pairs: Iterable[tuple[str, object]], index: int,
         except Exception:  # an output without that item (or of another kind) explains nothing
             continue
         yield hint, item
+
+
+def _alike(output: object, right: object) -> bool:
+    """Whether ``output`` is of the kind of the right answer, item by item
+    (an edit that returns the module itself, or a list for a tensor,
+    explains no answer a check compares)."""
+    if isinstance(right, (tuple, list)):
+        return isinstance(output, (tuple, list)) and len(output) == len(right) and \
+            all(_alike(one, other) for one, other in zip(output, right))
+    return type(output) is type(right)
 
 
 def _same(a: object, b: object) -> bool:

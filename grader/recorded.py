@@ -38,12 +38,16 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from grader import wire
 from grader.catalog import Chapter, is_student_edition
 from grader.recorded_values import compacted, digest, equal, plain, value_of
 
 # 2: a lookalike may be a combination of bugs, recorded as the list of their indices.
-# 3: or a relation's variant of the call (``relations.Variant``), as {"relation", "hint"}.
+# 3: or a relation's variant of the call (``relations.Variant``), as {"relation", "hint"}
+#    (an edit of the reference, ``grader.edits``, too: its relation is "edit").
 FORMAT = 3
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 INDEX = "index.json"
@@ -197,6 +201,7 @@ class RecordingBugs:
         return make
 
     def _record(self, function: str, args: tuple, kwargs: dict, recipe) -> None:
+        from grader.edits import Edit
         from grader.known_bugs import KNOWN_BUGS, Combination, Lookalikes, run_module_call
         from grader.relations import Variant
 
@@ -215,7 +220,7 @@ class RecordingBugs:
         for bug, output in lookalikes.outputs_by_bug():
             if right is not _NOTHING and equal(output, right):
                 continue
-            if isinstance(bug, Variant):  # not the catalog's: its hint goes with it
+            if isinstance(bug, (Variant, Edit)):  # not the catalog's: its hint goes with it
                 index = {"relation": bug.name, "hint": str(bug.hint)}
             elif isinstance(bug, Combination):
                 index = [catalog.index(part) for part in bug.parts]
@@ -223,16 +228,34 @@ class RecordingBugs:
                 index = catalog.index(bug)
             # Bugs with equal outputs share one entry, at the first one's
             # place: the first bug whose output an answer matches is the
-            # same either way, so the hint is too.
-            same = next((entry for entry in entries if equal(entry[2], output)), None)
+            # same either way, so the hint is too. Only outputs of one
+            # outline (``_outline``) can be equal: hundreds of edits
+            # (``grader.edits``) are not each compared with every other.
+            outline = _outline(output)
+            same = next((entry for entry in entries if entry[3] == outline and equal(entry[2], output)), None)
             if same is not None:
                 same[0].append(index)
             else:
-                entries.append(([index], compacted(output), output))
-        self._recording.lookalikes[key] = [[indices, plain(compact)] for indices, compact, _ in entries]
+                entries.append(([index], compacted(output), output, outline))
+        self._recording.lookalikes[key] = [[indices, plain(compact)] for indices, compact, _, _ in entries]
 
 
 _NOTHING = object()
+
+
+def _outline(value: object) -> object:
+    """What ``recorded_values.equal`` values share: kinds, shapes, dtypes and,
+    of a tensor, its sum (NaN read as 0): cheap to compare, and equal for
+    equal values."""
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, tuple(_outline(item) for item in value)
+    if isinstance(value, torch.Tensor):
+        total = value.detach().nan_to_num(0.0).sum().item() if value.is_floating_point() and value.numel() \
+            else None
+        return "tensor", tuple(value.shape), str(value.dtype), total
+    if isinstance(value, np.ndarray):
+        return "array", value.shape, str(value.dtype)
+    return type(value).__name__
 
 
 def _cloned(values):
@@ -359,7 +382,7 @@ class ReplayLookalikes:
     def _outputs(self) -> Iterator[tuple[str, object]]:
         from grader.chapters import KnownBug
         from grader.known_bugs import KNOWN_BUGS, Combination, seen_first
-        from grader.relations import RelationHint, Variant
+        from grader.relations import EDIT, RelationHint, Seen, Variant
 
         catalog = KNOWN_BUGS.get(self._chapter.id, ())
 
@@ -376,7 +399,11 @@ class ReplayLookalikes:
                  for index in indices]
         singles = [pair for pair in pairs if isinstance(pair[0], KnownBug)]
         together = [pair for pair in pairs if isinstance(pair[0], Combination)]
-        changed = [pair for pair in pairs if isinstance(pair[0], Variant)]
+        left = getattr(self._seen, "edits_left", None)  # ``relations.Seen``: edits that can still be named
+        if isinstance(self._seen, Seen):
+            self._seen.edits_tried += 1
+        changed = [pair for pair in pairs if isinstance(pair[0], Variant)
+                   and (left is None or pair[0].name != EDIT or str(pair[0].hint) in left)]
         for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
                 seen_first(together, lambda pair: pair[0].hint, self._seen) + changed:
             yield bug.hint, value_of(node)

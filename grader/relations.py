@@ -48,6 +48,7 @@ import torch
 from grader.compare import close_mask
 
 ENABLED = True  # off only to measure what relations change (bench/hints.py)
+EDIT = "edit"  # the name of ``grader.edits``' hints
 LARGEST = 1 << 16  # entries: a larger answer is not examined (its comparison says enough)
 FITTED_RTOL = 1e-3  # for a relation with a fitted constant (a factor, a temperature)
 
@@ -102,6 +103,40 @@ class RelationHint(str):
         return RelationHint, (str(self), self.name)
 
 
+class RelationHints(str):
+    """The relations' hints (``RelationHint``: variants of the call and edits
+    of the reference) whose answers one answer matched, in ``hints``; which
+    of them is named is settled once the exercise's checks have run
+    (``check_runner``), by what they agree on."""
+
+    hints: tuple[RelationHint, ...]
+
+    def __new__(cls, hints: Sequence[RelationHint]) -> RelationHints:
+        text = super().__new__(cls, "; or ".join(hints))
+        text.hints = tuple(hints)
+        return text
+
+    def __reduce__(self):
+        return RelationHints, (self.hints,)
+
+    def found(self) -> list[Found]:
+        """Each hint as a relation that holds; an edit's sentence is its
+        detail, since the checks must agree on the very edit."""
+        return [Found(hint.name, str(hint), detail=str(hint) if hint.name == EDIT else "") for hint in self.hints]
+
+
+class Seen(list):
+    """The known bugs' hints earlier checks of a run matched, first first
+    (``known_bugs.seen_first``), and ``edits_left``: the edits of the
+    reference (``grader.edits``, by sentence) that the exercise being
+    checked can still have named, None before any of its comparisons holds
+    anything. ``held`` names an edit only where every comparison that holds
+    something holds it, so an edit outside ``edits_left`` need not run."""
+
+    edits_left: frozenset[str] | None = None
+    edits_tried: int = 0  # calls whose edits ran: a check that ran them and matched none missed them
+
+
 @dataclass(frozen=True)
 class Found:
     """A relation that holds: its name and the sentence a student reads.
@@ -148,24 +183,36 @@ def examine(got: object, expected: object, axes: Sequence[str] | None = None,
 def said(found: Sequence[Found]) -> Found | None:
     """One ``Found`` for what holds (names joined by "+", sentences by "; or
     "): None where nothing does, or more than two relations do, since the
-    answer then says too little to tell them apart."""
+    answer then says too little to tell them apart. Where more than two
+    hold with edits of the reference among them (several edits of one line
+    can give one answer), the relations alone are said if they are one or
+    two: what the answer is (the scores d times too large) is true of all."""
+    if len(found) > 2:
+        found = [one for one in found if one.name != EDIT]
     if not found or len(found) > 2:
         return None
     return Found("+".join(one.name for one in found), "; or ".join(one.hint for one in found))
 
 
-def held(found: Sequence[set[str]]) -> set[str]:
+def held(found: Sequence[set[str]], edits_tried: Sequence[bool] | None = None) -> set[str]:
     """The relations an exercise's failed comparisons agree on, from the
     keys (``Found.key``) of each one's relations (``found``, one set a comparison): those
     that at least half of them hold, and that no comparison contradicts by
     holding others without them. A comparison that holds none does not
-    contradict: the mistake may leave no mark on that check's inputs."""
+    contradict: the mistake may leave no mark on that check's inputs.
+    An edit of the reference (``grader.edits``) is judged by the comparisons
+    that tried the edits only (``edits_tried``, one flag a comparison): a
+    property of the answer (rows that sum to 1) has no edit to give."""
+    tried = list(edits_tried) if edits_tried is not None else [True] * len(found)
     counts: dict[str, int] = {}
     for names in found:
         for name in names:
             counts[name] = counts.get(name, 0) + 1
-    return {name for name, count in counts.items()
-            if 2 * count >= len(found) and all(name in names for names in found if names)}
+
+    def agreed(name: str, count: int) -> bool:
+        judges = [names for names, was in zip(found, tried) if was or not name.startswith(f"{EDIT}:")]
+        return 2 * count >= len(judges) and all(name in names for names in judges if names)
+    return {name for name, count in counts.items() if agreed(name, count)}
 
 
 def explain(got: object, expected: object, axes: Sequence[str] | None = None,
@@ -605,7 +652,7 @@ RELATIONS: tuple[Relation, ...] = (inverted, factor, transposed, rearranged, shi
 # Every relation's name: those of RELATIONS' findings, "dtype" (``examine``) and the variants'.
 NAMES = ("inverted", "factor", "transposed", "rearranged", "shifted", "edge", "diagonal", "future", "past",
          "normalized_over", "scale", "log", "masked", "narrowed", "nan_rows", "zeroed", "dtype", "roles",
-         "sign")
+         "sign", EDIT)
 
 
 # -- mistakes of what goes in: the reference on changed inputs --------------------------------

@@ -71,12 +71,17 @@ def test_a_grade_names_the_relation_of_a_mistake(grade_source, corpus, name, exe
         result.reason  # the verdict line names it
 
 
-def test_the_student_edition_replays_a_variants_hint(tmp_path):
-    """A variant's answer is the reference's on changed inputs, which the
-    edition cannot compute: it is recorded with the known bugs' lookalikes
-    and its hint replayed."""
+@pytest.mark.parametrize("exercise, name, relation", [
+    ("self_attention", "keys-and-values-swapped-in-call", "roles"),
+    ("softmax", "mean-instead-of-sum", relations.EDIT),
+], ids=["a-variant-of-the-call", "an-edit-of-the-reference"])
+def test_the_student_edition_replays_a_variants_hint(tmp_path, exercise, name, relation):
+    """A variant's answer is the reference's on changed inputs, and an
+    edit's is an edited reference's (``grader.edits``), which the edition
+    cannot compute: each is recorded with the known bugs' lookalikes and
+    its hint replayed."""
     chapter = find_chapter("ch01")
-    mistake = _mistake("ch01", "self_attention", "keys-and-values-swapped-in-call")
+    mistake = _mistake("ch01", exercise, name)
     only, seed = {mistake.exercise}, 5
     recorder = recorded.Recorder()
     grade([(chapter, chapter.solution())], seed=seed, only=only, mode=recorder)
@@ -87,6 +92,6 @@ def test_the_student_edition_replays_a_variants_hint(tmp_path):
     path.write_text(apply_bug(chapter.solution().read_text(encoding="utf-8"), mistake), encoding="utf-8")
     live = grade([(chapter, path)], seed=seed, only=only)
     replayed = grade([(chapter, path)], seed=seed, only=only, mode=recorded.Replayer(tmp_path))
-    assert "roles" in _relations(live, mistake.exercise)
+    assert relation in _relations(live, mistake.exercise)
     assert [(check.hint, check.relation) for check in replayed.exercises[0].checks] == \
         [(check.hint, check.relation) for check in live.exercises[0].checks]
