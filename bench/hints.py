@@ -73,7 +73,7 @@ def _grade(task: tuple[str, str, int, bool], seed: int) -> Graded:
                  for slip in check.hint.split("; or ")}
         named.discard(relations.EDIT)
         named.add(relations.EDIT if _written(chapter, edit) in
-                  {one.source() for one, _ in edits(chapter, edit.exercise) if str(one.hint) in slips}
+                  {one.source() for one in edits(chapter, edit.exercise) if str(one.hint) in slips}
                   else "the same answers")
     return Graded(chapter_id, edit.name, bool(failed), named,
                   {check.hint for check in failed if check.hint and not check.relation},

@@ -268,8 +268,25 @@ class ChapterRun:
         answers is named only where the exercise's failed comparisons agree
         on it (``relations.held``): one that holds on one check's inputs and
         not on the next (a single position, a degenerate size) does not
-        explain the mistake.
+        explain the mistake. The same holds of a known bug: where more of
+        the exercise's comparisons ran the known bugs, matched none and
+        hold something than matched a bug, the bug's answer is the student's
+        on those few inputs alone (huge logits, an empty part), and the
+        relations are named in its place.
         """
+        by_bugs: dict[str, list[CheckResult]] = {}  # results a known bug's hint explains, not an error's
+        for result in self.results:
+            if result.hint and not result.relation and result.kind not in (Failure.ERROR, Failure.DEVICE):
+                by_bugs.setdefault(result.exercise, []).append(result)
+        otherwise: dict[str, int] = {}  # comparisons that ran the known bugs and hold something else
+        for result, found, edits_tried in self._examined:
+            if edits_tried and found:
+                otherwise[result.exercise] = otherwise.get(result.exercise, 0) + 1
+        if relations.ENABLED:
+            for exercise, results in by_bugs.items():
+                if otherwise.get(exercise, 0) > len(results):
+                    for result in results:
+                        result.hint = None
         named = {result.exercise for result in self.results if result.hint and not result.relation}
         examined: dict[str, list[set[str]]] = {}
         tried: dict[str, list[bool]] = {}
@@ -402,7 +419,7 @@ class ChapterRun:
                 found = relations.examine(compared.got, compared.expected, compared.axes, compared.rtol,
                                           compared.atol, chapter=self.chapter.id) if compared else None
                 if related is not None:
-                    found = list({one.key: one for one in [*related.found(), *(found or ())]}.values())
+                    found = list({one.key: one for one in [*relations.found_in(related), *(found or ())]}.values())
                 if found is not None:
                     self._examined.append((result, found, edits_tried))
         else:

@@ -48,6 +48,38 @@ class Compared:
     edits_tried: bool = False  # whether the reference's edits (``grader.edits``) were run for it too
 
 
+class RelationHint(str):
+    """A hint a relation gave (``grader.relations``: a variant of the call,
+    an edit of the reference), carrying the relation's ``name``; a known
+    bug's hint is a plain ``str``, so that a grade tells them apart."""
+
+    name: str
+
+    def __new__(cls, text: str, name: str) -> RelationHint:
+        hint = super().__new__(cls, text)
+        hint.name = name
+        return hint
+
+    def __reduce__(self):
+        return RelationHint, (str(self), self.name)
+
+
+class RelationHints(str):
+    """The relations' hints whose answers one answer matched, in ``hints``;
+    which of them is named is settled once the exercise's checks have run
+    (``check_runner``), by what they agree on."""
+
+    hints: tuple[RelationHint, ...]
+
+    def __new__(cls, hints: Sequence[RelationHint]) -> RelationHints:
+        text = super().__new__(cls, "; or ".join(hints))
+        text.hints = tuple(hints)
+        return text
+
+    def __reduce__(self):
+        return RelationHints, (self.hints,)
+
+
 class CheckFailure(AssertionError):
     """A check's verdict against the submission.
 
@@ -296,14 +328,12 @@ def matching_hint(got: object, lookalikes) -> str | None:
     """The hint of the first known bug (``lookalikes()`` yields ``(hint,
     value)``) whose value ``got`` matches; None if none does or
     ``lookalikes`` is None. The relations' lookalikes, after the known bugs
-    (``relations.RelationHint``: variants of the call, then edits of the
+    (a ``RelationHint``: variants of the call, then edits of the
     reference), are not taken first come: all that give ``got`` are kept
-    in one ``relations.RelationHints``, since the checks of an exercise
-    must agree on which to name."""
+    in one ``RelationHints``, since the checks of an exercise must agree on
+    which to name."""
     if lookalikes is None:
         return None
-    from grader.relations import RelationHint, RelationHints
-
     related: list[RelationHint] = []
     for hint, wrong in lookalikes():
         if matches(got, wrong):

@@ -28,7 +28,7 @@ The edits are made on the definition's syntax tree, one place at a time:
 
 An edit that raises, or gives the reference's own answer, explains
 nothing and is never offered. Every edit's hint is a
-``relations.RelationHint`` named ``EDIT``: the exercise's checks must agree
+``compare.RelationHint`` named ``relations.EDIT``: the exercise's checks must agree
 on it as on a relation (``check_runner``), and the student edition records
 it as it records a variant.
 """
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import ast
 import itertools
-import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -75,13 +75,19 @@ class Edit:
     def name(self) -> str:
         return self.hint.name
 
-    def source(self) -> str:
-        """The edited definition, as ``ast.unparse`` writes it."""
+    @contextmanager
+    def made(self) -> Iterator[ast.FunctionDef | ast.ClassDef]:
+        """The definition with this edit in it, until the block ends."""
         self.slot.swap()
         try:
-            return ast.unparse(self.definition)
+            yield self.definition
         finally:
             self.slot.swap()
+
+    def source(self) -> str:
+        """The edited definition, as ``ast.unparse`` writes it."""
+        with self.made() as definition:
+            return ast.unparse(definition)
 
 
 @dataclass
@@ -331,13 +337,10 @@ def _reparented(definition: _Definition, slot: _Slot) -> None:
 
 
 @cache
-def edits(chapter: Chapter, exercise: str, root: Path = COURSE_ROOT) -> tuple[tuple[Edit, types.CodeType], ...]:
-    """Each edit of ``exercise``'s definition, with the code that defines
-    the edited definition (and what the module builds from it as it runs)
-    over the reference module (``known_bugs.edited_module``); none where the
-    exercise is not a top-level definition of the reference."""
-    from grader.known_bugs import definitions_with  # the reference's layout is known_bugs'
-
+def edits(chapter: Chapter, exercise: str, root: Path = COURSE_ROOT) -> tuple[Edit, ...]:
+    """Each edit of ``exercise``'s definition in the reference, none where
+    the exercise is not a top-level definition of it. ``known_bugs``
+    compiles each (``Edit.made``) and runs it over the reference."""
     tree = ast.parse(chapter.solution(root).read_text(encoding="utf-8"))
     node = next((item for item in tree.body if isinstance(item, (ast.FunctionDef, ast.ClassDef))
                  and item.name == exercise), None)
@@ -356,10 +359,7 @@ def edits(chapter: Chapter, exercise: str, root: Path = COURSE_ROOT) -> tuple[tu
             if not isinstance(slot.new, ast.stmt):
                 _reparented(definition, slot)
             hint = _hint(definition, slot, where)
-            code = definitions_with(chapter, exercise, node, root)
-        except (SyntaxError, ValueError, TypeError):  # an edit Python does not compile
-            continue
         finally:
             slot.swap()
-        made.append((Edit(exercise, hint, node, slot), code))
+        made.append(Edit(exercise, hint, node, slot))
     return tuple(made)

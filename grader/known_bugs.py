@@ -279,7 +279,15 @@ def _edited_modules(chapter: Chapter, exercise: str,
                     root: Path = COURSE_ROOT) -> tuple[tuple[edits.Edit, types.ModuleType], ...]:
     """Each of ``edits.edits`` of the exercise as a module; built on the
     first answer nothing else explains."""
-    return tuple((edit, edited_module(chapter, code, root)) for edit, code in edits.edits(chapter, exercise, root))
+    modules = []
+    for edit in edits.edits(chapter, exercise, root):
+        with edit.made() as definition:
+            try:
+                code = definitions_with(chapter, exercise, definition, root)
+            except (SyntaxError, ValueError, TypeError):  # an edit Python does not compile
+                continue
+        modules.append((edit, edited_module(chapter, code, root)))
+    return tuple(modules)
 
 
 @cache

@@ -45,7 +45,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from grader.compare import close_mask
+from grader.compare import RelationHint, RelationHints, close_mask
 
 ENABLED = True  # off only to measure what relations change (bench/hints.py)
 EDIT = "edit"  # the name of ``grader.edits``' hints
@@ -87,42 +87,11 @@ class Mismatch:
         return ~self.close(self.got, self.expected)
 
 
-class RelationHint(str):
-    """A hint a relation gave, carrying the relation's ``name`` (a known
-    bug's hint is a plain ``str``): what ``Variant`` hints are, so that a
-    grade tells them from the catalog's."""
-
-    name: str
-
-    def __new__(cls, text: str, name: str) -> RelationHint:
-        hint = super().__new__(cls, text)
-        hint.name = name
-        return hint
-
-    def __reduce__(self):
-        return RelationHint, (str(self), self.name)
-
-
-class RelationHints(str):
-    """The relations' hints (``RelationHint``: variants of the call and edits
-    of the reference) whose answers one answer matched, in ``hints``; which
-    of them is named is settled once the exercise's checks have run
-    (``check_runner``), by what they agree on."""
-
-    hints: tuple[RelationHint, ...]
-
-    def __new__(cls, hints: Sequence[RelationHint]) -> RelationHints:
-        text = super().__new__(cls, "; or ".join(hints))
-        text.hints = tuple(hints)
-        return text
-
-    def __reduce__(self):
-        return RelationHints, (self.hints,)
-
-    def found(self) -> list[Found]:
-        """Each hint as a relation that holds; an edit's sentence is its
-        detail, since the checks must agree on the very edit."""
-        return [Found(hint.name, str(hint), detail=str(hint) if hint.name == EDIT else "") for hint in self.hints]
+def found_in(related: RelationHints) -> list[Found]:
+    """Each of a comparison's ``compare.RelationHints`` as a relation that
+    holds; an edit's sentence is its detail, since the checks must agree on
+    the very edit."""
+    return [Found(hint.name, str(hint), detail=str(hint) if hint.name == EDIT else "") for hint in related.hints]
 
 
 class Seen(list):

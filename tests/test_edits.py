@@ -58,7 +58,7 @@ def test_every_kind_of_slip_is_an_edit_whose_hint_quotes_it(chapter_id, exercise
     chapter = find_chapter(chapter_id)
     source = chapter.solution().read_text(encoding="utf-8")
     written = _definition(apply_bug(source, KnownBug(exercise, "slip", "", old, new)), exercise)
-    made = {edit.source(): edit for edit, _ in edits(chapter, exercise)}
+    made = {edit.source(): edit for edit in edits(chapter, exercise)}
     assert written in made, f"no edit writes {new!r}"
     assert quoted in made[written].hint, made[written].hint
     assert made[written].hint.name == relations.EDIT
