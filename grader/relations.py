@@ -621,7 +621,7 @@ RELATIONS: tuple[Relation, ...] = (inverted, factor, transposed, rearranged, shi
 # Every relation's name: those of RELATIONS' findings, "dtype" (``examine``) and the variants'.
 NAMES = ("inverted", "factor", "transposed", "rearranged", "shifted", "edge", "diagonal", "future", "past",
          "normalized_over", "scale", "log", "masked", "narrowed", "nan_rows", "zeroed", "dtype", "roles",
-         "sign", EDIT)
+         "sign", EDIT, "probabilities")  # the last: chapter 8's train, a softmax before the cross-entropy
 
 
 # -- mistakes of what goes in: the reference on changed inputs --------------------------------

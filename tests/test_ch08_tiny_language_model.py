@@ -269,7 +269,18 @@ def test_a_model_that_does_not_learn_shows_its_loss_curve(grade_source):
     (message,) = _failed(report, "train").values()
     assert f"above {LEARNED}" in message
     assert "step 0: " in message and f"step {TRAIN_STEPS - 1}: " in message
+    (check,) = result_of(report, "train").failed_checks
+    assert check.hint == _bug("no-optimizer-step").hint
 
+
+def test_a_softmax_before_the_cross_entropy_is_not_told_it_takes_no_step(grade_source):
+    """Its curve is as flat as no step's, but it stays within the bounds of a
+    cross-entropy of probabilities, which no step's untrained model leaves."""
+    source = SOLUTION.replace("F.cross_entropy(logits.reshape(-1, vocab_size)",
+                              "F.cross_entropy(torch.softmax(logits, dim=-1).reshape(-1, vocab_size)")
+    report = grade_source(source, chapter="ch08", limits=TRAINING, only={"train"})
+    (check,) = [check for check in result_of(report, "train").failed_checks if "below 3.1" in check.check]
+    assert check.relation == "probabilities" and "softmax applied before F.cross_entropy" in check.hint
 
 
 def test_a_model_copied_before_training_fails_the_returned_model_check_alone(grade_source):

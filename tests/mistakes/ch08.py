@@ -62,7 +62,7 @@ MISTAKES = (
     Mistake("train", "softmax-before-cross-entropy",
             "F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))",
             "F.cross_entropy(torch.softmax(logits, dim=-1).reshape(-1, vocab_size), targets.reshape(-1))",
-            None, "probabilities passed to cross_entropy, which takes logits: softmax twice"),
+            "probabilities", "probabilities passed to cross_entropy, which takes logits: softmax twice"),
     Mistake("train", "nll-loss-on-logits",
             "F.cross_entropy(", "F.nll_loss(",
             None, "nll_loss on the raw logits, without log_softmax"),

@@ -105,6 +105,9 @@ TRAIN_BATCH = 16  # train's default batch_size
 # train's failures are judged from its losses, not by running the known bugs (each would
 # train a model): every way the losses can be wrong names the bug it looks like.
 HINTS = {bug.name: bug.hint for bug in BUGS if bug.exercise == "train"}
+PROBABILITIES = RelationHint("your losses stay where a cross-entropy of probabilities must, whatever the weights: "
+                             "is a softmax applied before F.cross_entropy, which takes logits and applies its own?",
+                             "probabilities")
 
 
 # -- weights in the course's names ------------------------------------------------------------
@@ -491,7 +494,15 @@ def test_train_learns_the_text_without_seeing_the_answer(submission):
         # climbs back. With no step at all it never falls: it stays within the batches' noise.
         climbed_back = min(losses) < final - CLIMBED_BACK
         flat = abs(sum(losses[:10]) / 10 - final) < FLAT
-        hint = HINTS["gradients-not-zeroed"] if climbed_back else HINTS["no-optimizer-step"] if flat else None
+        # Probabilities passed as logits (a softmax before F.cross_entropy, which applies its own)
+        # give ln(sum_j exp(p_j)) - p_target, within [ln V + 1/V - 1, ln(V - 1 + e)] whatever the
+        # weights (sum_j p_j = 1): a curve inside those bounds from the first step to the last is that
+        # loss, not the untrained model of no step at all (its losses 3.46 to 3.82 at V = 32, seeds 0
+        # to 3, over the bound 3.52; a softmax first: 3.17 to 3.47).
+        probabilities = all(math.log(vocab_size) + 1 / vocab_size - 1 <= loss <= math.log(vocab_size - 1 + math.e)
+                            for loss in losses)
+        hint = HINTS["gradients-not-zeroed"] if climbed_back else PROBABILITIES if probabilities else \
+            HINTS["no-optimizer-step"] if flat else None
         fail(f"{call}: the loss of the last 10 steps is {final:.3f}, above {LEARNED} (the reference reaches "
              f"about 2.3); losses {_curve(losses)}. Is optimizer.step() called, and are the gradients "
              f"zeroed before each backward?", hint=hint if cross_entropy else None)
