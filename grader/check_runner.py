@@ -193,7 +193,7 @@ def _exercise_of(item: pytest.Item) -> str:
 # What pytest reads from the environment, as the collecting session has it:
 # no installed plugin, and none of the caller's options or plugins (a
 # PYTEST_ADDOPTS set for the course's own test suite, say). None: unset.
-MISSED_EDITS = 2  # comparisons of an exercise that match no edit of the reference before edits stop
+MISSED_EDITS = 1  # comparisons of an exercise that match no edit of the reference before edits stop
 PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
 
 
