@@ -39,6 +39,7 @@ from grader.side_by_side import forked_pool
 
 sys.path.insert(0, str(COURSE_ROOT / "tests"))  # the corpus's package, ``mistakes``
 from mistakes import of_chapter as corpus  # noqa: E402 - found once the path above is there
+from slips import random_slips  # noqa: E402 - bench/slips.py, beside this file
 
 
 @dataclass
@@ -55,11 +56,12 @@ class Graded:
 
 
 def _grade(task: tuple[str, str, int, bool], seed: int) -> Graded:
-    """Grade the reference with one edit (``"corpus"`` or ``"catalog"``,
-    the chapter, the edit's index, whether relations are on)."""
+    """Grade the reference with one edit (``"corpus"``, ``"catalog"`` or
+    ``"slips"``, the chapter, the edit's index, whether relations are on)."""
     kind, chapter_id, index, with_relations = task
     chapter = find_chapter(chapter_id)
-    edit = (corpus(chapter_id) if kind == "corpus" else KNOWN_BUGS[chapter_id])[index]
+    edit = (corpus(chapter_id) if kind == "corpus" else KNOWN_BUGS[chapter_id] if kind == "catalog"
+            else random_slips(chapter, _SLIPS, seed))[index]
     relations.ENABLED = with_relations  # this process is a fork of the bench's: its own copy
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / chapter.file_name
@@ -87,6 +89,36 @@ def _written(chapter: Chapter, mistake) -> str:
     return ast.unparse(ast.parse(source[start:end]).body[0])
 
 
+_SLIPS = 0  # slips a chapter (--slips), set before the pool forks
+
+
+def _slips(chapters, seed: int, jobs: int, verbose: bool) -> None:
+    """Grade ``_SLIPS`` random slips a chapter (``bench/slips.py``) and print
+    how many of those caught get a hint, and how many the very edit."""
+    tasks = [("slips", chapter.id, index, True) for chapter in chapters
+             for index in range(len(random_slips(chapter, _SLIPS, seed)))]
+    preload(chapters)
+    with forked_pool(jobs) as pool:
+        graded = list(pool.map(_grade, tasks, [seed] * len(tasks)))
+    kinds: dict[str, list[int]] = {}
+    for (_, chapter_id, index, _), result in zip(tasks, graded):
+        slip = random_slips(find_chapter(chapter_id), _SLIPS, seed)[index]
+        hinted = bool(result.relations or result.catalog_hints)
+        counts = kinds.setdefault(slip.why, [0, 0, 0])
+        counts[0] += result.caught
+        counts[1] += result.caught and hinted
+        counts[2] += result.caught and relations.EDIT in result.relations
+        if verbose:
+            print(f"{chapter_id} {slip.exercise:30s} {slip.why:8s} {'caught' if result.caught else 'missed':6s} "
+                  f"{', '.join(sorted(result.relations | ({'known bug'} if result.catalog_hints else set()))) or '-':24s}"
+                  f" {slip.old.strip()!r} -> {slip.new.strip()!r}")
+    caught, hinted, exact = (sum(counts[at] for counts in kinds.values()) for at in range(3))
+    print(f"slips (seed {seed}): {len(tasks)} made, {caught} caught, a hint for {hinted} "
+          f"({hinted / max(caught, 1):.0%} of those caught), the very edit named for {exact}")
+    for kind, (one, two, three) in sorted(kinds.items()):
+        print(f"  {kind:8s} {one:4d} caught, a hint for {two:4d}, the very edit for {three:4d}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
@@ -94,8 +126,15 @@ def main() -> None:
     parser.add_argument("--chapters", nargs="*", default=[chapter.id for chapter in CHAPTERS])
     parser.add_argument("--verbose", action="store_true", help="a line for every mistake")
     parser.add_argument("--no-catalog", action="store_true", help="grade the corpus only")
+    parser.add_argument("--slips", type=int, default=0, metavar="N",
+                        help="grade N random slips of each chapter's solution instead (bench/slips.py)")
     options = parser.parse_args()
     chapters = [find_chapter(chapter_id) for chapter_id in options.chapters]
+    if options.slips:
+        global _SLIPS
+        _SLIPS = options.slips
+        _slips(chapters, options.seed, options.jobs, options.verbose)
+        return
     mistakes = {(chapter.id, index): mistake
                 for chapter in chapters for index, mistake in enumerate(corpus(chapter.id))}
     tasks = [("corpus", chapter_id, index, True) for chapter_id, index in mistakes]
