@@ -18,6 +18,7 @@ process only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import inspect
 import io
@@ -235,6 +236,8 @@ class ChapterRun:
                  only: set[str] | None = None):
         self.chapter = submission.chapter
         self.remote = submission
+        if isinstance(mode, recorded.Recorder):  # what the edits raise on each call's inputs is recorded too
+            submission.on_call = functools.partial(mode.submitted, submission.chapter)
         self.seed = seed
         self.mode = mode
         self.only = only
@@ -257,6 +260,8 @@ class ChapterRun:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             for check in self.ordered(checks):
                 self._run(check)
+        if isinstance(self.mode, recorded.Recorder):
+            self.mode.record_raised(self.chapter)
         self._settle_hints()
 
     def _settle_hints(self) -> None:
@@ -280,7 +285,7 @@ class ChapterRun:
                 by_bugs.setdefault(result.exercise, []).append(result)
         otherwise: dict[str, int] = {}  # comparisons that ran the known bugs and hold something else
         for result, found, edits_tried in self._examined:
-            if edits_tried and found:
+            if edits_tried and found and result.kind != Failure.ERROR:  # an error is no comparison of values
                 otherwise[result.exercise] = otherwise.get(result.exercise, 0) + 1
         if relations.ENABLED:
             for exercise, results in by_bugs.items():
@@ -407,6 +412,12 @@ class ChapterRun:
             result.outcome, result.message, result.kind = "failed", error.message, error.kind
             result.summary = error.summary
             result.hint = error.hint or _error_hint(result)
+            if result.hint is None and error.raised is not None:
+                # Raised where the reference returns: edits of it that raise the same on the same
+                # inputs may name the slip (named once the exercise's checks have run).
+                slips = [hint for hint, text in self.mode.raising(self.chapter, error.raised, self._hints_seen)
+                         if text == error.raised.text]
+                error.hint = relations.RelationHints(slips) if slips else None
             related = relations.RelationHints([error.hint]) if isinstance(error.hint, relations.RelationHint) \
                 else error.hint if isinstance(error.hint, relations.RelationHints) else None
             if related is not None:  # variants or edits of the reference matched: not a known bug's hint

@@ -80,6 +80,25 @@ class RelationHints(str):
         return RelationHints, (self.hints,)
 
 
+@dataclass(frozen=True)
+class Raised:
+    """A call of the submission that raised: the call (``module``, the recipe
+    of an ``nn.Module`` exercise's) and what it raised, ``"Type: message"``
+    (``raised_text``), so that the edits of the reference that raise the
+    same on the same inputs can name the slip (``grader.edits``)."""
+
+    function: str
+    args: tuple
+    kwargs: dict
+    module: object | None
+    text: str
+
+
+def raised_text(kind: str, message: str) -> str:
+    """What an exception says, on one line, as a failure's message shows it."""
+    return f"{kind}: {' '.join(message.split())}"
+
+
 class CheckFailure(AssertionError):
     """A check's verdict against the submission.
 
@@ -88,7 +107,7 @@ class CheckFailure(AssertionError):
     """
 
     def __init__(self, message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None,
-                 summary: str = "", compared: Compared | None = None):
+                 summary: str = "", compared: Compared | None = None, raised: Raised | None = None):
         super().__init__(message)
         self.message = message
         self.kind = Failure(kind)
@@ -97,6 +116,7 @@ class CheckFailure(AssertionError):
         # The values compared, where no known bug's hint was found: a relation
         # between them may still name the mistake (``grader.relations``).
         self.compared = compared
+        self.raised = raised  # where the submission's code raised: the call, and what
 
 
 def fail(message: str, kind: Failure = Failure.MISMATCH, hint: str | None = None, summary: str = "") -> None:

@@ -23,14 +23,18 @@ The edits are made on the definition's syntax tree, one place at a time:
   ``sum``/``mean``, ``amax``/``amin``, ``triu``/``tril``, ``sin``/``cos``
   and the like), a name for its twin in the roles of attention (``q``,
   ``k``, ``v``, ``o``: ``w_k`` for ``w_q``);
+* two arguments of a call, or two items of a tuple or list, exchanged
+  (``(sin, cos)`` for ``(cos, sin)``, also as targets);
 * a call left out (its argument, or the object of a method, used as it
   is), a keyword argument left out, a line left out.
 
-An edit that raises, or gives the reference's own answer, explains
-nothing and is never offered. Every edit's hint is a
-``compare.RelationHint`` named ``relations.EDIT``: the exercise's checks must agree
-on it as on a relation (``check_runner``), and the student edition records
-it as it records a variant.
+An edit that gives the reference's own answer explains nothing and is
+never offered; one that raises is offered only to a submission that
+raised the same error on the same inputs (``check_runner``). Every
+edit's hint is a ``compare.RelationHint`` named ``relations.EDIT``: the
+exercise's checks must agree on it as on a relation (``check_runner``),
+and the student edition records it as it records a variant, and what it
+raises (``recorded``, format 4).
 """
 
 from __future__ import annotations
@@ -239,6 +243,14 @@ def _swapped(items: list[ast.expr], one: int, other: int) -> list[ast.expr]:
     return items
 
 
+def _swaps_nothing(node: ast.AST) -> bool:
+    """A swap of an axis with itself (``k.transpose(-1, -1)``): the same
+    edit as the call left out, which is made anyway."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr in ("transpose", "swapaxes", "swapdims") and len(node.args) >= 2 and \
+        ast.dump(node.args[-1]) == ast.dump(node.args[-2])
+
+
 def _one(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value == 1
 
@@ -353,7 +365,7 @@ def edits(chapter: Chapter, exercise: str, root: Path = COURSE_ROOT) -> tuple[Ed
         slot.swap()
         try:
             written = (id(slot.parent), slot.field, slot.index, ast.dump(_current(slot)))
-            if written in seen:  # two edits that write the same definition
+            if written in seen or _swaps_nothing(slot.parent):  # written before, or the call left out
                 continue
             seen.add(written)
             if not isinstance(slot.new, ast.stmt):

@@ -32,10 +32,11 @@ import torch
 
 from grader import edits, relations
 from grader.chapters import KnownBug, read_known_bugs
-from grader.compare import matches
+from grader.compare import matches, raised_text
 from grader.catalog import COURSE_ROOT, Chapter
 from grader.module_calls import ModuleCall, run_module_call
 from grader.recorded_values import equal
+from grader.wire import MAX_TEXT
 from grader.relations import Variant
 
 class _Catalog(MutableMapping):
@@ -346,6 +347,7 @@ class Lookalikes:
         self.exercise = exercise or (module.passed_to if module is not None and module.passed_to else function)
         self.module = module
         self.seen = seen
+        self.raised: list[tuple[edits.Edit, str]] = []  # the edits that raised, as ``outputs_by_bug`` ran them
 
     def __call__(self) -> Iterator[tuple[str, object]]:
         return ((bug.hint, output) for bug, output in self.outputs_by_bug(self.seen))
@@ -396,9 +398,30 @@ class Lookalikes:
             for edit, module in _edited_modules(self.chapter, self.exercise):
                 if left is not None and str(edit.hint) not in left:
                     continue
-                output = self._run(module)
-                if output is not _FAILED and _alike(output, right) and not _same(output, right):
+                try:
+                    output = self._call(module)
+                except Exception as error:  # noqa: BLE001 - kept for an answer that raises (``raised``)
+                    self.raised.append((edit, raised_text(type(error).__name__, str(error)[:MAX_TEXT])))
+                    continue
+                if _alike(output, right) and not _same(output, right):
                     yield edit, output
+
+    def raised_by_edits(self) -> list[tuple[edits.Edit, str]]:
+        """Each of ``edits.edits`` of the exercise that raises on these
+        inputs, where the reference does not, with what it raised
+        (``compare.raised_text``); those ``seen`` leaves (``relations.Seen``) only."""
+        if not relations.ENABLED or self._run(_reference_module(self.chapter)) is _FAILED:
+            return []
+        left = getattr(self.seen, "edits_left", None)
+        if isinstance(self.seen, relations.Seen):
+            self.seen.edits_tried += 1
+        raised = []
+        for edit, module in _edited_modules(self.chapter, self.exercise):
+            if left is None or str(edit.hint) in left:
+                error = self._raised(module)
+                if error is not None:
+                    raised.append((edit, error))
+        return raised
 
     def _parameter_names(self, reference: types.ModuleType) -> list[str]:
         """The names of the call's positional parameters, as the reference
@@ -419,17 +442,28 @@ class Lookalikes:
         """This call (or the call with ``args`` and ``kwargs``) on ``module``'s
         function or class; ``_FAILED`` if it raises, as a bug that cannot run
         on these inputs explains nothing."""
+        try:
+            return self._call(module, args, kwargs)
+        except Exception:
+            return _FAILED
+
+    def _raised(self, module: types.ModuleType) -> str | None:
+        """What this call on ``module`` raises (``compare.raised_text``), None if it returns."""
+        try:
+            self._call(module)
+        except Exception as error:  # noqa: BLE001 - what it raised is the answer here
+            return raised_text(type(error).__name__, str(error)[:MAX_TEXT])
+        return None
+
+    def _call(self, module: types.ModuleType, args: tuple | None = None, kwargs: dict | None = None) -> object:
         args = _cloned(self.args if args is None else args)
         kwargs = _cloned(self.kwargs if kwargs is None else kwargs)
         # A wrong function may divide by zero: its NumPy warnings say nothing to anyone here.
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            try:
-                if self.module is None:
-                    return getattr(module, self.function)(*args, **kwargs)
-                return run_module_call(module, self.function, self.module, args, kwargs)
-            except Exception:
-                return _FAILED
+            if self.module is None:
+                return getattr(module, self.function)(*args, **kwargs)
+            return run_module_call(module, self.function, self.module, args, kwargs)
 
 
 _FAILED = object()

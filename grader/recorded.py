@@ -43,12 +43,15 @@ import torch
 
 from grader import wire
 from grader.catalog import Chapter, is_student_edition
+from grader.compare import Raised
 from grader.recorded_values import compacted, digest, equal, plain, value_of
 
 # 2: a lookalike may be a combination of bugs, recorded as the list of their indices.
 # 3: or a relation's variant of the call (``relations.Variant``), as {"relation", "hint"}
 #    (an edit of the reference, ``grader.edits``, too: its relation is "edit").
-FORMAT = 3
+# 4: and "raised": digest of a call -> [[hint, what it raised]], the edits of the reference
+#    (``grader.edits``) that raise on its inputs, for a submission that raises there too.
+FORMAT = 4
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 INDEX = "index.json"
 
@@ -64,6 +67,8 @@ class Recording:
 
     Values are kept as plain trees (``recorded_values.plain``), as they are saved.
     ``answers``: digest of a call -> the reference's answer.
+    ``raised``: digest of a call -> ``[[hint, what it raised]]`` of the
+    edits of the reference that raise on its inputs (``raising``).
     ``lookalikes``: digest of a call -> ``[[bug indices, compact output]]``
     in the order ``Lookalikes`` yields them (a combination of bugs is the
     list of its bugs' indices in place of one index); bugs whose outputs are equal
@@ -71,12 +76,13 @@ class Recording:
     (an answer that differs from the reference cannot match them).
     """
 
-    def __init__(self, answers: dict | None = None, lookalikes: dict | None = None):
+    def __init__(self, answers: dict | None = None, lookalikes: dict | None = None, raised: dict | None = None):
         self.answers = answers if answers is not None else {}
         self.lookalikes = lookalikes if lookalikes is not None else {}
+        self.raised = raised if raised is not None else {}
 
     def to_bytes(self) -> bytes:
-        tree = {"format": FORMAT, "answers": self.answers, "lookalikes": self.lookalikes}
+        tree = {"format": FORMAT, "answers": self.answers, "lookalikes": self.lookalikes, "raised": self.raised}
         return zlib.compress(wire.dump(tree), 9)
 
     @classmethod
@@ -87,7 +93,7 @@ class Recording:
             raise ValueError(f"{name}: recorded in format {tree.get('format')}, "
                              f"this grader reads format {FORMAT}")
         # Values are rebuilt call by call (``recorded_values.value_of``), when a check asks.
-        return cls(tree["answers"], tree["lookalikes"])
+        return cls(tree["answers"], tree["lookalikes"], tree["raised"])
 
     def save(self, path: Path) -> int:
         data = self.to_bytes()
@@ -117,6 +123,11 @@ class Live:
     def seed(self, seed: int | None) -> int | None:
         return seed
 
+    def raising(self, chapter: Chapter, call: Raised, seen=()) -> list[tuple[str, str]]:
+        """``(hint, what it raised)`` of each edit of the reference that
+        raises on the inputs of ``call`` (``known_bugs.Lookalikes.raised_by_edits``)."""
+        return live_raising(chapter, call, seen)
+
     def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
         """An oracle's answer, computed."""
         return live_oracle(chapter, name)(*args, **kwargs)
@@ -131,6 +142,7 @@ class Recorder:
 
     def __init__(self):
         self.recordings: dict[str, Recording] = {}
+        self._submitted: dict[str, dict[str, Raised]] = {}  # chapter -> digest -> a call of the submission
 
     def recording(self, chapter: Chapter) -> Recording:
         return self.recordings.setdefault(chapter.id, Recording())
@@ -145,6 +157,28 @@ class Recorder:
 
     def seed(self, seed: int | None) -> int | None:
         return seed
+
+    def raising(self, chapter: Chapter, call: Raised, seen=()) -> list[tuple[str, str]]:
+        return live_raising(chapter, call, seen)
+
+    def submitted(self, chapter: Chapter, function: str, args: tuple, kwargs: dict, module) -> None:
+        """Note a call the checks make of the submission: what each edit of
+        the reference raises on its inputs is recorded (``record_raised``)
+        for ``Replayer.raising``, which matches a student's error against it."""
+        from grader.known_bugs import _cloned
+
+        key = digest(chapter.id, function, args, kwargs, module)
+        self._submitted.setdefault(chapter.id, {}).setdefault(
+            key, Raised(function, _cloned(args), _cloned(kwargs), module, ""))
+
+    def record_raised(self, chapter: Chapter) -> None:
+        """What the edits raise on each noted call's inputs, once the
+        chapter's checks have run: a call whose known bugs' lookalikes were
+        recorded has it already (``RecordingBugs``)."""
+        recording = self.recording(chapter)
+        for key, call in self._submitted.pop(chapter.id, {}).items():
+            if key not in recording.raised:
+                recording.raised[key] = [[str(hint), text] for hint, text in live_raising(chapter, call)]
 
     def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
         """An oracle's answer, computed and written down."""
@@ -238,6 +272,8 @@ class RecordingBugs:
             else:
                 entries.append(([index], compacted(output), output, outline))
         self._recording.lookalikes[key] = [[indices, plain(compact)] for indices, compact, _, _ in entries]
+        if right is not _NOTHING:  # every edit ran: what they raised is ``Replayer.raising``'s too
+            self._recording.raised[key] = [[str(edit.hint), text] for edit, text in lookalikes.raised]
 
 
 _NOTHING = object()
@@ -296,6 +332,21 @@ class Replayer:
 
     def bugs(self, chapter: Chapter, check: str, load=None, seen=()):
         return ReplayBugs(chapter, self.recording(chapter), seen)
+
+    def raising(self, chapter: Chapter, call: Raised, seen=()) -> list[tuple[str, str]]:
+        """As ``Live.raising``, from the recording of the reference's grade
+        (``Recorder.submitted``); none for a call it did not make (its
+        inputs came from the student's own answers)."""
+        from grader.relations import EDIT, RelationHint, Seen
+
+        recorded = self.recording(chapter).raised.get(
+            digest(chapter.id, call.function, call.args, call.kwargs, call.module))
+        if not recorded:
+            return []
+        left = getattr(seen, "edits_left", None)
+        if isinstance(seen, Seen):
+            seen.edits_tried += 1
+        return [(RelationHint(hint, EDIT), text) for hint, text in recorded if left is None or hint in left]
 
     def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
         """An oracle's recorded answer."""
@@ -407,6 +458,14 @@ class ReplayLookalikes:
         for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
                 seen_first(together, lambda pair: pair[0].hint, self._seen) + changed:
             yield bug.hint, value_of(node)
+
+
+def live_raising(chapter: Chapter, call: Raised, seen=()) -> list[tuple[str, str]]:
+    """``Live.raising``: the edits run here, on the call's inputs."""
+    from grader.known_bugs import Lookalikes
+
+    lookalikes = Lookalikes(chapter, call.function, call.args, call.kwargs, module=call.module, seen=seen)
+    return [(edit.hint, text) for edit, text in lookalikes.raised_by_edits()]
 
 
 # -- oracles ----------------------------------------------------------------------------

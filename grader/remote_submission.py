@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,7 +22,7 @@ import torch
 
 from grader import footprint
 from grader.catalog import WHOLE_LIBRARY, Chapter
-from grader.compare import CheckFailure, brief
+from grader.compare import CheckFailure, Raised, brief, raised_text
 from grader.forkserver import ForkServer
 from grader.loading import Submission, SubmissionError
 from grader.module_calls import ModuleCall
@@ -140,6 +141,10 @@ class RemoteSubmission:
         self._worker_exercise: str | None = None
         self._meta: Worker | None = None  # the portability calls' (``_meta_worker``)
         self._exercise: str | None = None
+        # Told of each call before it runs (the function, args, kwargs, module recipe): while
+        # ``release`` records, the edits of the reference that raise on those inputs
+        # (``recorded.Recorder.submitted``).
+        self.on_call: Callable[[str, tuple, dict, ModuleCall | None], None] | None = None
         self._check_cpu = 0.0  # CPU time the current check's calls used
         self._check_deadline = 0.0  # when the clock's backstop stops the current check
         self._loaded = False
@@ -242,6 +247,8 @@ class RemoteSubmission:
         call that needs more fails with ``Failure.MEMORY``.
         """
         exercise, state = self._begin_call(function, module)
+        if self.on_call is not None and grad is None and not (portability or measure or budget):
+            self.on_call(function, args, kwargs, module)
         text = self.call_text(function, args, kwargs, module)
         apart = bool(budget or portability)  # a worker apart from the exercise's: its death is this check's alone
         worker = self._worker_of_call(exercise, state, text, budget, portability)
@@ -494,7 +501,12 @@ class RemoteSubmission:
                      grad: dict | None, module: ModuleCall | None, budget: int = 0):
         try:
             if not answer.get("ok"):
-                raise _error_failure(text, answer.get("error"), self.submission.where, budget)
+                failure = _error_failure(text, answer.get("error"), self.submission.where, budget)
+                error = answer.get("error")
+                if failure.kind == Failure.ERROR and isinstance(error, dict) and grad is None:
+                    failure.raised = Raised(function, args, kwargs, module,
+                                            raised_text(str(error.get("type")), str(error.get("message", ""))))
+                raise failure
             value = decode(answer.get("value"))
             _expect_device(text, answer.get("value"), self.device)
             after = decode(answer.get("args"))

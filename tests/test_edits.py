@@ -5,15 +5,18 @@ slip only where the exercise's checks agree on it."""
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 import torch
 
-from grader import relations
+from grader import recorded, relations
 from grader.catalog import find_chapter
 from grader.chapters import KnownBug
 from grader.edits import edits
+from grader.grading import grade
 from grader.known_bugs import Lookalikes, _reference_module, apply_bug, function_span
+from grader.outcomes import Failure
 
 # (chapter, exercise, a line of the reference, the line with one slip, the words the hint quotes)
 SLIPS = [
@@ -25,8 +28,8 @@ SLIPS = [
     ("ch01", "softmax", "exps.sum(dim=dim", "exps.mean(dim=dim",  # a function's twin
      "`exps.mean(dim=dim, keepdim=True)` in place of `exps.sum(dim=dim, keepdim=True)`, in what is returned"),
     ("ch01", "softmax", "exps.sum(dim=dim, keepdim=True)", "exps.sum(dim=dim)", "`exps.sum(dim=dim)`"),  # keyword out
-    ("ch01", "scaled_dot_product_attention", "k.transpose(-2, -1)", "k.transpose(-2, -2)",
-     "`k.transpose(-2, -2)` in place of `k.transpose(-2, -1)`"),  # a number
+    ("ch01", "scaled_dot_product_attention", "k.transpose(-2, -1)", "k.transpose(-3, -1)",
+     "`k.transpose(-3, -1)` in place of `k.transpose(-2, -1)`"),  # a number
     ("ch01", "scaled_dot_product_attention", "q @ k.transpose(-2, -1) * scale", "q @ k * scale",
      "`q @ k` in place of"),  # a call left out
     ("ch01", "scaled_dot_product_attention", "masked_fill(~mask,", "masked_fill(mask,",
@@ -62,6 +65,13 @@ def test_every_kind_of_slip_is_an_edit_whose_hint_quotes_it(chapter_id, exercise
     assert written in made, f"no edit writes {new!r}"
     assert quoted in made[written].hint, made[written].hint
     assert made[written].hint.name == relations.EDIT
+
+
+def test_an_axis_swapped_with_itself_is_no_edit_of_its_own():
+    """``k.transpose(-1, -1)`` is the transpose left out, which is an edit already."""
+    sources = [edit.source() for edit in edits(find_chapter("ch01"), "scaled_dot_product_attention")]
+    assert not any("transpose(-1, -1)" in source or "transpose(-2, -2)" in source for source in sources)
+    assert any("q @ k * scale" in source for source in sources)
 
 
 def test_no_edit_offered_raises_or_gives_the_right_answer():
@@ -103,3 +113,35 @@ def test_a_grade_names_the_slip_in_the_verdict(grade_source):
     assert result.reason.startswith("your answer is the right one with one slip: `exps.mean(dim=dim, keepdim=True)` "
                                     "in place of `exps.sum(dim=dim, keepdim=True)`"), result.reason
     assert any(relations.EDIT in (check.relation or "").split("+") for check in result.failed_checks)
+
+
+def test_a_slip_that_raises_is_named_by_the_edit_that_raises_the_same(grade_source):
+    """The transpose left out: the scores' product raises on every input, as
+    that edit of the reference does, with the same message."""
+    chapter = find_chapter("ch01")
+    slip = KnownBug("scaled_dot_product_attention", "slip", "", "q @ k.transpose(-2, -1) * scale", "q @ k * scale")
+    report = grade_source(apply_bug(chapter.solution().read_text(encoding="utf-8"), slip),
+                          chapter="ch01", only={"scaled_dot_product_attention"})
+    (result,) = report.exercises
+    assert result.reason.startswith("your answer is the right one with one slip: `q @ k` in place of "
+                                    "`q @ k.transpose(-2, -1)`"), result.reason
+    assert all(check.kind == Failure.ERROR for check in result.failed_checks if check.relation)
+
+
+def test_the_student_edition_names_a_slip_that_raises_as_the_instructors_tree_does(tmp_path):
+    """What each edit raises is recorded with the known bugs' lookalikes of
+    the same call (recording format 4) and replayed."""
+    chapter, seed, only = find_chapter("ch01"), 5, {"scaled_dot_product_attention"}
+    recorder = recorded.Recorder()
+    grade([(chapter, chapter.solution())], seed=seed, only=only, mode=recorder)
+    recorder.recordings["ch01"].save(tmp_path / "ch01.rec")
+    (tmp_path / recorded.INDEX).write_text(json.dumps({"format": recorded.FORMAT, "seeds": [seed]}),
+                                           encoding="utf-8")
+    slip = KnownBug("scaled_dot_product_attention", "slip", "", "q @ k.transpose(-2, -1) * scale", "q @ k * scale")
+    path = tmp_path / chapter.file_name
+    path.write_text(apply_bug(chapter.solution().read_text(encoding="utf-8"), slip), encoding="utf-8")
+    live = grade([(chapter, path)], seed=seed, only=only)
+    replayed = grade([(chapter, path)], seed=seed, only=only, mode=recorded.Replayer(tmp_path))
+    assert any(check.relation == relations.EDIT for check in live.exercises[0].checks)
+    assert [(check.hint, check.relation) for check in replayed.exercises[0].checks] == \
+        [(check.hint, check.relation) for check in live.exercises[0].checks]

@@ -57,7 +57,7 @@ def _relations(report, exercise: str) -> set[str]:
 # reference on changed inputs (a variant of the call), and from a count.
 @pytest.mark.parametrize("corpus, name, exercise, chapter_id", [
     ("ch01", "log-softmax-formula", "softmax", "ch01"),
-    ("ch01", "keys-and-values-swapped-in-call", "self_attention", "ch01"),
+    ("ch01", "scale-by-model-width", "self_attention", "ch01"),
     ("ch03", "two-linears", "parameter_count", "ch03"),
 ], ids=["from-the-answer", "from-a-variant-of-the-call", "from-a-count"])
 def test_a_grade_names_the_relation_of_a_mistake(grade_source, corpus, name, exercise, chapter_id):
@@ -72,7 +72,7 @@ def test_a_grade_names_the_relation_of_a_mistake(grade_source, corpus, name, exe
 
 
 @pytest.mark.parametrize("exercise, name, relation", [
-    ("self_attention", "keys-and-values-swapped-in-call", "roles"),
+    ("self_attention", "scale-by-model-width", "scale"),
     ("softmax", "mean-instead-of-sum", relations.EDIT),
 ], ids=["a-variant-of-the-call", "an-edit-of-the-reference"])
 def test_the_student_edition_replays_a_variants_hint(tmp_path, exercise, name, relation):
