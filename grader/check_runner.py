@@ -191,10 +191,10 @@ def _exercise_of(item: pytest.Item) -> str:
     return marker.args[0]
 
 
+MISSED_EDITS = 1  # checks of an exercise that ran the edits of the reference and matched none, before they stop
 # What pytest reads from the environment, as the collecting session has it:
 # no installed plugin, and none of the caller's options or plugins (a
 # PYTEST_ADDOPTS set for the course's own test suite, say). None: unset.
-MISSED_EDITS = 1  # comparisons of an exercise that match no edit of the reference before edits stop
 PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
 
 
@@ -246,7 +246,7 @@ class ChapterRun:
         self._hints_seen = relations.Seen()  # what the failed checks so far matched, first first
         # The relations each mismatch holds, and whether the edits of the reference were tried on it.
         self._examined: list[tuple[CheckResult, list[relations.Found], bool]] = []
-        self._edits_missed: dict[str, int] = {}  # an exercise's comparisons that tried the edits and matched none
+        self._edits_missed: dict[str, int] = {}  # an exercise's checks that ran the edits and matched none
 
     def run(self) -> None:
         """Run the chapter's checks (those of ``only``) in ``ordered``'s order,
@@ -310,7 +310,7 @@ class ChapterRun:
         """The edits of the reference (their sentences) that every comparison
         of ``exercise`` so far that tried them and holds something holds
         (``relations.Seen``); None where none holds anything yet. None is
-        left once ``MISSED_EDITS`` comparisons that tried them matched none:
+        left once ``MISSED_EDITS`` checks that ran them matched none:
         a student's slip shows in the first checks it fails, and each try
         runs every edit (a model built and run, hundreds of times)."""
         if self._edits_missed.get(exercise, 0) >= MISSED_EDITS:

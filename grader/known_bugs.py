@@ -347,7 +347,7 @@ class Lookalikes:
         self.exercise = exercise or (module.passed_to if module is not None and module.passed_to else function)
         self.module = module
         self.seen = seen
-        self.raised: list[tuple[edits.Edit, str]] = []  # the edits that raised, as ``outputs_by_bug`` ran them
+        self.edits_raised: list[tuple[edits.Edit, str]] = []  # what edits raised, as ``outputs_by_bug`` ran them
 
     def __call__(self) -> Iterator[tuple[str, object]]:
         return ((bug.hint, output) for bug, output in self.outputs_by_bug(self.seen))
@@ -400,8 +400,8 @@ class Lookalikes:
                     continue
                 try:
                     output = self._call(module)
-                except Exception as error:  # noqa: BLE001 - kept for an answer that raises (``raised``)
-                    self.raised.append((edit, raised_text(type(error).__name__, str(error)[:MAX_TEXT])))
+                except Exception as error:  # noqa: BLE001 - kept for an answer that raises (``edits_raised``)
+                    self.edits_raised.append((edit, _said(error)))
                     continue
                 if _alike(output, right) and not _same(output, right):
                     yield edit, output
@@ -452,7 +452,7 @@ class Lookalikes:
         try:
             self._call(module)
         except Exception as error:  # noqa: BLE001 - what it raised is the answer here
-            return raised_text(type(error).__name__, str(error)[:MAX_TEXT])
+            return _said(error)
         return None
 
     def _call(self, module: types.ModuleType, args: tuple | None = None, kwargs: dict | None = None) -> object:
@@ -467,6 +467,11 @@ class Lookalikes:
 
 
 _FAILED = object()
+
+
+def _said(error: Exception) -> str:
+    """What ``error`` says, as a worker reports a student's (``compare.raised_text``)."""
+    return raised_text(type(error).__name__, str(error)[:MAX_TEXT])
 
 
 def explaining_the_rest(pairs: Iterable[tuple[str, object]], index: int,

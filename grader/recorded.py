@@ -273,7 +273,7 @@ class RecordingBugs:
                 entries.append(([index], compacted(output), output, outline))
         self._recording.lookalikes[key] = [[indices, plain(compact)] for indices, compact, _, _ in entries]
         if right is not _NOTHING:  # every edit ran: what they raised is ``Replayer.raising``'s too
-            self._recording.raised[key] = [[str(edit.hint), text] for edit, text in lookalikes.raised]
+            self._recording.raised[key] = [[str(edit.hint), text] for edit, text in lookalikes.edits_raised]
 
 
 _NOTHING = object()
@@ -444,20 +444,24 @@ class ReplayLookalikes:
 
         # One (bug, output) pair per bug, in the recorded order, then, as
         # Lookalikes orders them, the single bugs before the combinations
-        # and in each the bugs seen earlier in the run first; the relations'
-        # variants last.
+        # and in each the bugs seen earlier in the run first; then the
+        # relations' variants.
         pairs = [(bug_of(index), node) for indices, node in self._recording.lookalikes.get(self._key, ())
                  for index in indices]
         singles = [pair for pair in pairs if isinstance(pair[0], KnownBug)]
         together = [pair for pair in pairs if isinstance(pair[0], Combination)]
-        left = getattr(self._seen, "edits_left", None)  # ``relations.Seen``: edits that can still be named
-        if isinstance(self._seen, Seen):
-            self._seen.edits_tried += 1
-        changed = [pair for pair in pairs if isinstance(pair[0], Variant)
-                   and (left is None or pair[0].name != EDIT or str(pair[0].hint) in left)]
+        changed = [pair for pair in pairs if isinstance(pair[0], Variant) and pair[0].name != EDIT]
         for bug, node in seen_first(singles, lambda pair: pair[0].hint, self._seen) + \
                 seen_first(together, lambda pair: pair[0].hint, self._seen) + changed:
             yield bug.hint, value_of(node)
+        # Last the edits of the reference, those that can still be named (``relations.Seen``),
+        # counted as tried once reached, as ``Lookalikes`` counts them.
+        left = getattr(self._seen, "edits_left", None)
+        if isinstance(self._seen, Seen):
+            self._seen.edits_tried += 1
+        for bug, node in pairs:
+            if isinstance(bug, Variant) and bug.name == EDIT and (left is None or str(bug.hint) in left):
+                yield bug.hint, value_of(node)
 
 
 def live_raising(chapter: Chapter, call: Raised, seen=()) -> list[tuple[str, str]]:
