@@ -1,7 +1,7 @@
 """How often a failing answer gets a hint that names its mistake.
 
 Run by hand: ``python bench/hints.py [--seed N] [--jobs N] [--chapters ch01 ...]
-[--verbose]``. Two sets of mistakes are graded, each edit of the reference
+[--verbose] [--no-catalog] [--slips N]``. Two sets of mistakes are graded, each edit of the reference
 solution on its own, against its exercise's checks only (as ``verify``
 grades the known bugs):
 
@@ -16,7 +16,10 @@ grades the known bugs):
   the number of bugs whose checks' hints differ (relations must leave the
   catalog's hints as they were).
 
-A mistake's hints are those of its exercise's failed checks.
+With ``--slips N``, a third set instead: N random one-token slips a
+chapter (``bench/slips.py``), mistakes nobody wrote down, for the share of
+the caught ones that get a hint at all. A mistake's hints are those of its
+exercise's failed checks.
 """
 
 from __future__ import annotations
@@ -109,9 +112,9 @@ def _slips(chapters, seed: int, jobs: int, verbose: bool) -> None:
         counts[1] += result.caught and hinted
         counts[2] += result.caught and relations.EDIT in result.relations
         if verbose:
+            named = ", ".join(sorted(result.relations | ({"known bug"} if result.catalog_hints else set()))) or "-"
             print(f"{chapter_id} {slip.exercise:30s} {slip.why:8s} {'caught' if result.caught else 'missed':6s} "
-                  f"{', '.join(sorted(result.relations | ({'known bug'} if result.catalog_hints else set()))) or '-':24s}"
-                  f" {slip.old.strip()!r} -> {slip.new.strip()!r}")
+                  f"{named:24s} {slip.old.strip()!r} -> {slip.new.strip()!r}")
     caught, hinted, exact = (sum(counts[at] for counts in kinds.values()) for at in range(3))
     print(f"slips (seed {seed}): {len(tasks)} made, {caught} caught, a hint for {hinted} "
           f"({hinted / max(caught, 1):.0%} of those caught), the very edit named for {exact}")
