@@ -322,7 +322,7 @@ def _hint(definition: _Definition, slot: _Slot, where: str) -> RelationHint:
     else:
         shown = definition.shown(_current(slot))
         change = f"`{_quoted(shown)}` in place of `{_before(slot, shown)}`, {where}"
-    return RelationHint(f"your answer is the right one with one slip: {change}", EDIT)
+    return RelationHint(f"your code does what the reference does with one slip: {change}", EDIT)
 
 
 def _current(slot: _Slot) -> ast.AST:

@@ -110,8 +110,9 @@ def test_a_grade_names_the_slip_in_the_verdict(grade_source):
     report = grade_source(apply_bug(chapter.solution().read_text(encoding="utf-8"), mistake),
                           chapter="ch01", only={"softmax"})
     (result,) = report.exercises
-    assert result.reason.startswith("your answer is the right one with one slip: `exps.mean(dim=dim, keepdim=True)` "
-                                    "in place of `exps.sum(dim=dim, keepdim=True)`"), result.reason
+    assert result.reason.startswith("your code does what the reference does with one slip: "
+                                    "`exps.mean(dim=dim, keepdim=True)` in place of "
+                                    "`exps.sum(dim=dim, keepdim=True)`"), result.reason
     assert any(relations.EDIT in (check.relation or "").split("+") for check in result.failed_checks)
 
 
@@ -123,7 +124,7 @@ def test_a_slip_that_raises_is_named_by_the_edit_that_raises_the_same(grade_sour
     report = grade_source(apply_bug(chapter.solution().read_text(encoding="utf-8"), slip),
                           chapter="ch01", only={"scaled_dot_product_attention"})
     (result,) = report.exercises
-    assert result.reason.startswith("your answer is the right one with one slip: `q @ k` in place of "
+    assert result.reason.startswith("your code does what the reference does with one slip: `q @ k` in place of "
                                     "`q @ k.transpose(-2, -1)`"), result.reason
     assert all(check.kind == Failure.ERROR for check in result.failed_checks if check.relation)
 
