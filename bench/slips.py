@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from functools import cache
 
 from grader.catalog import Chapter
 from grader.known_bugs import KNOWN_BUGS, function_span
@@ -62,7 +63,8 @@ def _candidates(line: str) -> list[tuple[str, str]]:
     return made
 
 
-def random_slips(chapter: Chapter, count: int, seed: int) -> list:
+@cache
+def random_slips(chapter: Chapter, count: int, seed: int) -> tuple:
     """``count`` slips of ``chapter``'s solution lines (``KnownBug``-like:
     ``exercise``, ``name``, ``old``, ``new``), each a whole line with one
     token changed, that still parse, drawn at random with ``seed``, none a
@@ -102,4 +104,4 @@ def random_slips(chapter: Chapter, count: int, seed: int) -> list:
         except SyntaxError:
             continue
         chosen.append(Mistake(exercise, f"{kind}-{len(chosen)}", old, new, None, kind))
-    return chosen
+    return tuple(chosen)

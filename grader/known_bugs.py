@@ -392,11 +392,9 @@ class Lookalikes:
                 yield variant, output
         # Then one slip anywhere in the exercise's definition (``grader.edits``).
         if relations.ENABLED and right is not _FAILED:
-            left = getattr(seen, "edits_left", None)  # ``relations.Seen``
-            if isinstance(seen, relations.Seen):
-                seen.edits_tried += 1
+            wanted = relations.edits_to_try(seen)
             for edit, module in _edited_modules(self.chapter, self.exercise):
-                if left is not None and str(edit.hint) not in left:
+                if not wanted(edit.hint):
                     continue
                 try:
                     output = self._call(module)
@@ -412,12 +410,10 @@ class Lookalikes:
         (``compare.raised_text``); those ``seen`` leaves (``relations.Seen``) only."""
         if not relations.ENABLED or self._run(_reference_module(self.chapter)) is _FAILED:
             return []
-        left = getattr(self.seen, "edits_left", None)
-        if isinstance(self.seen, relations.Seen):
-            self.seen.edits_tried += 1
+        wanted = relations.edits_to_try(self.seen)
         raised = []
         for edit, module in _edited_modules(self.chapter, self.exercise):
-            if left is None or str(edit.hint) in left:
+            if wanted(edit.hint):
                 error = self._raised(module)
                 if error is not None:
                     raised.append((edit, error))

@@ -337,16 +337,14 @@ class Replayer:
         """As ``Live.raising``, from the recording of the reference's grade
         (``Recorder.submitted``); none for a call it did not make (its
         inputs came from the student's own answers)."""
-        from grader.relations import EDIT, RelationHint, Seen
+        from grader.relations import EDIT, RelationHint, edits_to_try
 
         recorded = self.recording(chapter).raised.get(
             digest(chapter.id, call.function, call.args, call.kwargs, call.module))
         if not recorded:
             return []
-        left = getattr(seen, "edits_left", None)
-        if isinstance(seen, Seen):
-            seen.edits_tried += 1
-        return [(RelationHint(hint, EDIT), text) for hint, text in recorded if left is None or hint in left]
+        wanted = edits_to_try(seen)
+        return [(RelationHint(hint, EDIT), text) for hint, text in recorded if wanted(hint)]
 
     def oracle(self, chapter: Chapter, name: str, args: tuple, kwargs: dict):
         """An oracle's recorded answer."""
@@ -433,7 +431,7 @@ class ReplayLookalikes:
     def _outputs(self) -> Iterator[tuple[str, object]]:
         from grader.chapters import KnownBug
         from grader.known_bugs import KNOWN_BUGS, Combination, seen_first
-        from grader.relations import EDIT, RelationHint, Seen, Variant
+        from grader.relations import EDIT, RelationHint, Variant, edits_to_try
 
         catalog = KNOWN_BUGS.get(self._chapter.id, ())
 
@@ -456,11 +454,9 @@ class ReplayLookalikes:
             yield bug.hint, value_of(node)
         # Last the edits of the reference, those that can still be named (``relations.Seen``),
         # counted as tried once reached, as ``Lookalikes`` counts them.
-        left = getattr(self._seen, "edits_left", None)
-        if isinstance(self._seen, Seen):
-            self._seen.edits_tried += 1
+        wanted = edits_to_try(self._seen)
         for bug, node in pairs:
-            if isinstance(bug, Variant) and bug.name == EDIT and (left is None or str(bug.hint) in left):
+            if isinstance(bug, Variant) and bug.name == EDIT and wanted(bug.hint):
                 yield bug.hint, value_of(node)
 
 

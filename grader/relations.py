@@ -106,6 +106,17 @@ class Seen(list):
     edits_tried: int = 0  # calls whose edits ran: a check that ran them and matched none missed them
 
 
+def edits_to_try(seen: Sequence[str]) -> Callable[[str], bool]:
+    """Count one try of the edits of the reference for a call (where
+    ``seen`` is a run's ``Seen``) and say, by an edit's sentence, whether
+    it is one the exercise can still name (all of them, for any other
+    ``seen``)."""
+    left = seen.edits_left if isinstance(seen, Seen) else None
+    if isinstance(seen, Seen):
+        seen.edits_tried += 1
+    return lambda hint: left is None or str(hint) in left
+
+
 @dataclass(frozen=True)
 class Found:
     """A relation that holds: its name and the sentence a student reads.
