@@ -28,6 +28,10 @@ def verify(
     matrix: Annotated[bool, typer.Option(
         "--matrix", help="Also show, for each exercise, which checks catch which known bug.")] = False,
     device: Where = Device.cpu,
+    chapter: Annotated[list[str] | None, typer.Option(
+        "--chapter", "-c", metavar="<chapter>",
+        help="A chapter to prove (repeat the option for several).  \\[default: every chapter]",
+        show_default=False)] = None,
 ) -> None:
     """Prove the checks (for instructors).
 
@@ -42,6 +46,7 @@ def verify(
     from grader.verify import verify as run_verify
 
     where = chosen_device(device)
+    chapters = _chapters(chapter)
     seed = secrets.randbelow(2**31) if seed is None else seed
     columns = (TextColumn("grading known bugs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     try:
@@ -49,7 +54,7 @@ def verify(
             task = progress.add_task("bugs", total=None)
             result = run_verify(seed, jobs or os.cpu_count() or 1,
                                 lambda done, total: progress.update(task, completed=done, total=total),
-                                device=where)
+                                device=where, chapters=chapters)
     except GraderError as error:
         stderr.print(f"[bold red]grader error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(3) from None

@@ -71,7 +71,8 @@ class Verification:
 
 def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | None = None,
            root: Path = COURSE_ROOT, mode: recorded.Mode | None = None,
-           device: torch.device = torch.device("cpu")) -> Verification:
+           device: torch.device = torch.device("cpu"),
+           chapters: tuple[Chapter, ...] = CHAPTERS) -> Verification:
     """Grade the references, the stubs and every known bug; check the build.
 
     Args:
@@ -85,16 +86,19 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
             (``recorded.Mode``); None: live. A test verifies the edition's
             recordings with a ``recorded.Replayer``.
         device: where the student's code runs, as ``grade --device`` says.
+        chapters: the chapters to prove (``verify --chapter``), and whose
+            generated files to check; every chapter by default.
     """
     if is_student_edition():
         raise GraderError("this is the student edition: it has no reference solutions to verify "
                           "the checks with; run mha-course verify in the instructor's tree")
-    audits = {(c.id, e.name): ExerciseAudit(c, e) for c in CHAPTERS for e in c.exercises}
+    audits = {(c.id, e.name): ExerciseAudit(c, e) for c in chapters for e in c.exercises}
     mode = mode if mode is not None else recorded.Live()
-    references = grade([(c, c.solution()) for c in CHAPTERS], device, seed=seed, mode=mode)
+    references = grade([(c, c.solution()) for c in chapters], device, seed=seed, mode=mode)
     files = generated_files(root)
     with tempfile.TemporaryDirectory() as folder:
-        stubs = grade(write_stubs(files, root, Path(folder)), device, seed=seed, mode=mode)
+        stubs = [(chapter, path) for chapter, path in write_stubs(files, root, Path(folder)) if chapter in chapters]
+        stubs = grade(stubs, device, seed=seed, mode=mode)
     for result in references.exercises:
         audit = audits[result.chapter.id, result.exercise.name]
         audit.checks = [check.check for check in result.checks if check.outcome != "skipped"]
@@ -102,8 +106,8 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
     for result in stubs.exercises:
         audit = audits[result.chapter.id, result.exercise.name]
         audit.stub_passes = [check.check for check in result.checks if check.outcome == "passed"]
-    tasks = [(chapter.id, index) for chapter in CHAPTERS for index in range(len(KNOWN_BUGS[chapter.id]))]
-    preload(CHAPTERS)  # once here, not once for each known bug
+    tasks = [(chapter.id, index) for chapter in chapters for index in range(len(KNOWN_BUGS[chapter.id]))]
+    preload(chapters)  # once here, not once for each known bug
     with forked_pool(jobs) as pool:
         for done, (chapter_id, index, failed, hints) in enumerate(
                 pool.map(_grade_bug, tasks, [seed] * len(tasks), [mode] * len(tasks), [device] * len(tasks)),
@@ -115,7 +119,14 @@ def verify(seed: int = 0, jobs: int = 1, progress: Callable[[int, int], None] | 
                 audit.unnamed.append(bug.name)
             if progress:
                 progress(done, len(tasks))
+    if chapters != CHAPTERS:  # the other chapters' files are not this proof's to judge
+        files = {path: text for path, text in files.items() if _of_chapters(path, chapters)}
     return Verification(list(audits.values()), stale_files(files), edited_files(files))
+
+
+def _of_chapters(path: Path, chapters: tuple[Chapter, ...]) -> bool:
+    """A generated file of one of ``chapters``: its stub, notebook, lesson or figure."""
+    return any(chapter.module in path.name or chapter.folder in path.parts for chapter in chapters)
 
 
 def _grade_bug(task: tuple[str, int], seed: int, mode: recorded.Mode,

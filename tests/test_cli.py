@@ -95,6 +95,7 @@ def usage_error_run():
     (["grade", "--timeout", "soon"], "Invalid value for '--timeout'"),
     (["regrade"], "No such command 'regrade'"),
     (["grade", "[/]"], "unknown chapter '[/]'"),
+    (["verify", "--chapter", "ch99"], "unknown chapter 'ch99'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(usage_error_run, args, message):
     done = usage_error_run(*args)

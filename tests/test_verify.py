@@ -1,12 +1,14 @@
 """``mha-course verify`` proves the course's checks, and reports every gap."""
 
+import shutil
+
 from rich.console import Console
 
 from conftest import ADDED_BUGS, ALIKE
-from grader.catalog import CHAPTERS, find_chapter
+from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS
 from grader.report import print_verification
-from grader.verify import MIN_BUGS, ExerciseAudit
+from grader.verify import MIN_BUGS, ExerciseAudit, verify
 
 
 def test_work_in_exercises_is_named_in_one_line_and_is_no_gap(verification):
@@ -79,3 +81,21 @@ def test_too_few_known_bugs_is_a_gap():
     audit = ExerciseAudit(chapter, chapter.exercises[0], checks=["a"],
                           catches={f"bug-{n}": {"a"} for n in range(MIN_BUGS - 1)})
     assert audit.gaps == [f"only {MIN_BUGS - 1} known bug(s) in the catalog; at least {MIN_BUGS} are expected"]
+
+
+def test_one_chapter_is_proven_alone_and_only_its_generated_files_are_judged(tmp_path):
+    """``verify --chapter ch02``: ch02's exercises and known bugs, and ch02's
+    figure out of date is a gap where another chapter's is not."""
+    for name in ("solutions", "chapters", "exercises", "grader"):
+        shutil.copytree(COURSE_ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    ch02, ch03 = find_chapter("ch02"), find_chapter("ch03")
+    figures = [tmp_path / "chapters" / chapter.folder / "figures" / name
+               for chapter, name in ((ch02, "padded_batch.svg"), (ch03, "split_heads.svg"))]
+    for figure in figures:
+        figure.write_text("<svg/>", encoding="utf-8")
+    found = verify(seed=0, jobs=2, root=tmp_path, chapters=(ch02,))
+    assert [audit.exercise.name for audit in found.exercises] == [exercise.name for exercise in ch02.exercises]
+    assert all(audit.gaps == [] for audit in found.exercises)
+    assert sum(len(audit.catches) for audit in found.exercises) == len(KNOWN_BUGS["ch02"])
+    assert found.stale == figures[:1] and not found.passed
+
