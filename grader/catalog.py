@@ -445,6 +445,50 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         extra_cost=60,  # its training checks (76 steps) cost about what 60 other checks do
     ),
+    Chapter(
+        number=9,
+        slug="flash_backward",
+        title="The backward pass of tiled attention",
+        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        exercises=(
+            Exercise("flash_attention_forward", "TODO: a few words for tables", 1),
+            Exercise("flash_attention_backward", "TODO: a few words for tables", 1),
+            Exercise("FlashAttentionFunction", "TODO: a few words for tables", 1),
+        ),
+    ),
+    Chapter(
+        number=10,
+        slug="streaming_decoding",
+        title="Bounded-memory decoding: sliding windows, a rolling cache, attention sinks",
+        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        exercises=(
+            Exercise("sliding_window_mask", "TODO: a few words for tables", 1),
+            Exercise("rolling_cache_append", "TODO: a few words for tables", 1),
+            Exercise("streaming_attention_step", "TODO: a few words for tables", 1),
+        ),
+    ),
+    Chapter(
+        number=11,
+        slug="paged_kv_cache",
+        title="A paged KV cache",
+        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        exercises=(
+            Exercise("BlockAllocator", "TODO: a few words for tables", 1),
+            Exercise("append_to_pages", "TODO: a few words for tables", 1),
+            Exercise("paged_attention", "TODO: a few words for tables", 1),
+        ),
+    ),
+    Chapter(
+        number=12,
+        slug="latent_attention",
+        title="Multi-head latent attention",
+        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        exercises=(
+            Exercise("MultiHeadLatentAttention", "TODO: a few words for tables", 1),
+            Exercise("absorbed_decode", "TODO: a few words for tables", 1),
+            Exercise("latent_cache_bytes", "TODO: a few words for tables", 1),
+        ),
+    ),
 )
 
 
