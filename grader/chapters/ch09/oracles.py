@@ -1,23 +1,47 @@
-"""Chapter 9's oracles: TODO: what they compute, and how.
+"""Chapter 9's oracles: PyTorch's attention (``F.scaled_dot_product_attention``,
+with chapter 4's bottom-right causal mask as its ``attn_mask`` when causal)
+with ``torch.logsumexp`` of the masked scaled scores, and its gradients by
+autograd through it; none of them tiled, none from the course's solutions.
 
-Shapes: x ``(..., d)``. TODO: every argument's.
+Shapes: q ``(..., L, d)``, k ``(..., S, d)``, v ``(..., S, d_v)``; an output
+``(..., L, d_v)``, its log-sum-exp ``(..., L)``, and ``grad_out`` (the
+gradient of the loss with respect to the output) ``(..., L, d_v)``.
 """
 
 from __future__ import annotations
 
-__all__ = ["flash_attention_forward", "flash_attention_backward", "FlashAttentionFunction"]
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["attention_with_lse", "attention_gradients", "bottom_right_mask"]
 
 
-def flash_attention_forward(x):
-    """TODO: flash_attention_forward's answer computed another way than the reference (PyTorch's own, a loop)."""
-    return x + 0.0
+def bottom_right_mask(num_queries, num_keys):
+    """Chapter 4's causal mask ``(L, S)``, True = may attend: query i sees keys 0 .. i + S - L."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
 
 
-def flash_attention_backward(x):
-    """TODO: flash_attention_backward's answer computed another way than the reference (PyTorch's own, a loop)."""
-    return x + 0.0
+def attention_with_lse(q, k, v, causal=False):
+    """``(out, lse)``: ``F.scaled_dot_product_attention`` and ``torch.logsumexp``
+    of the scaled scores, masked ones ``-inf``. A query with no visible key
+    gets zeros and ``-inf`` (torch >= 2.5 gives zeros for a fully masked row)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S)
+    mask = None
+    if causal:
+        mask = bottom_right_mask(q.shape[-2], k.shape[-2])  # (L, S)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), torch.logsumexp(scores, dim=-1)
 
 
-def FlashAttentionFunction(x):
-    """TODO: FlashAttentionFunction's answer computed another way than the reference (PyTorch's own, a loop)."""
-    return x + 0.0
+def attention_gradients(q, k, v, grad_out, causal=False):
+    """``(out, dq, dk, dv)``: the output of ``F.scaled_dot_product_attention``
+    and the gradients of ``sum(out * grad_out)`` with respect to q, k and v, by
+    autograd through it (give float64 inputs). A query with no visible key
+    gets a zero output and a zero row of dq, and adds nothing to dk and dv."""
+    leaves = [tensor.detach().clone().requires_grad_(True) for tensor in (q, k, v)]
+    mask = bottom_right_mask(q.shape[-2], k.shape[-2]) if causal else None
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=mask)  # (..., L, d_v)
+    grads = torch.autograd.grad((out * grad_out).sum(), leaves)
+    return (out.detach(), *grads)
