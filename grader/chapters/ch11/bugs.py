@@ -60,7 +60,7 @@ BUGS = (
              "already: it overwrites the last cached token; seq_lens[b] tokens are cached, at "
              "positions 0 .. seq_len - 1, so the new one is at position seq_len",
              "positions = seq_lens  #", "positions = seq_lens - 1  #"),
-    KnownBug("append_to_pages", "physical-is-logical",
+    KnownBug("append_to_pages", "writes-to-logical-block",
              "looks like the block table is not read: the new token goes to block seq_len // "
              "block_size of the pool, its logical block, instead of block_tables[b, seq_len // "
              "block_size], the physical block that holds it",
