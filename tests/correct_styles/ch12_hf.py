@@ -1,5 +1,5 @@
 """Chapter 12 written the way Hugging Face's DeepseekV2Attention writes it,
-and the decode the way FlashMLA and vLLM serve it. The forward fuses the
+and the decode as multi-query attention over the latent cache. The forward fuses the
 down-projection and the rope key into one ``kv_a_proj_with_mqa`` (the two
 weights concatenated), splits it, reorders the rope features from pairs to
 halves and rotates with ``rotate_half`` (HF's port, whose scores are those
