@@ -39,7 +39,7 @@ MISTAKES = (
             "sinks + (count - sinks) % (capacity - sinks)", "sinks + (count - sinks) % (capacity - sinks - 1)",
             None, "a ring one slot short: the last slot is never written again"),
     Mistake("rolling_cache_append", "written-in-place",
-            "k_cache, v_cache = k_cache.clone(), v_cache.clone()  # the caller's buffers stay as they are\n", "",
+            "    k_cache, v_cache = k_cache.clone(), v_cache.clone()  # the caller's buffers stay as they are\n", "",
             None, "wrote into the caller's buffers"),
     # -- streaming_attention_step
     Mistake("streaming_attention_step", "no-scale",
