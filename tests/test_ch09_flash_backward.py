@@ -1,7 +1,55 @@
-"""Chapter 9's own tests: TODO: what its checks say where the
-whole-course tests (test_course.py, test_known_bugs.py) do not look."""
+"""Chapter 9 (the backward pass of tiled attention): the reference scores full marks and the
+stub zero; what the reference's FlashAttentionFunction saves for backward is q, k, v, out
+and lse and nothing else (saved_tensors_hooks); each correct style's class trains as the
+reference's does (the whole-course corpus test cannot call a torch.autograd.Function);
+weights saved by forward, and backward by autograd through whole attention, get the right
+numbers and fail the memory checks alone, each with its own hint, which for the class names
+the pass that made the (L, S) tensor; and the lesson's numbers are the reference's."""
 
-from conftest import Draw
+import importlib.util
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import Draw, result_of, solution_source, statuses, stub_source
+from grader.catalog import COURSE_ROOT, find_chapter
+from grader.chapters.ch09.test_ch09_flash_backward import (BACKWARD_MATRIX_HINT, BACKWARD_MEMORY_HINT,
+                                                           FORWARD_MEMORY_HINT, SAVED_WEIGHTS_HINT)
+from grader.isolation import BUDGET_COUNTED
+from grader.known_bugs import KNOWN_BUGS, apply_bug
+
+CH09 = find_chapter("ch09")
+SOLUTION = solution_source(CH09)
+LESSON = COURSE_ROOT / "chapters" / CH09.folder
+STYLES = sorted((COURSE_ROOT / "tests" / "correct_styles").glob("ch09_*.py"))
+
+
+def _load(path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reference():
+    return _load(CH09.solution(), "reference_ch09_for_tests")
+
+
+def _bug(name: str):
+    return next(bug for bug in KNOWN_BUGS["ch09"] if bug.name == name)
+
+
+def _pytorch(q, k, v, causal):
+    """``(out, lse)`` of PyTorch's attention, bottom-right causal."""
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]) if causal else None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), torch.logsumexp(scores, dim=-1)
+
 
 # -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
 
@@ -9,12 +57,136 @@ from conftest import Draw
 def samples(draw: Draw) -> list:
     """Calls of every exercise, ``[(exercise name, args, kwargs), ...]``, made on the
     reference and on each correct style (tests/test_correct_styles.py)."""
-    return [
-        ("flash_attention_forward", (draw.randn(2, 3, 4),), {}),  # TODO: calls that cover its contract
-        ("flash_attention_backward", (draw.randn(2, 3, 4),), {}),  # TODO: calls that cover its contract
-        ("FlashAttentionFunction", (draw.randn(2, 3, 4),), {}),  # TODO: calls that cover its contract
+    q, k, v = draw.randn(2, 6, 8), draw.randn(2, 10, 8), draw.randn(2, 10, 5)
+    more_queries = draw.randn(2, 12, 8)  # causal with 12 queries and 10 keys: the first two see none
+    calls = [
+        ("flash_attention_forward", (q, k, v), {"block_size": 4}),
+        ("flash_attention_forward", (q, k, v), {"causal": True, "block_size": 3}),
+        ("flash_attention_forward", (more_queries, k, v), {"causal": True, "block_size": 4}),
     ]
+    for queries, causal, block_size in ((q, False, 4), (q, True, 3), (more_queries, True, 4)):
+        out, lse = _pytorch(queries, k, v, causal)
+        upstream = draw.randn(*out.shape)
+        calls.append(("flash_attention_backward", (queries, k, v, out, lse, upstream),
+                      {"causal": causal, "block_size": block_size}))
+    return calls
 
+
+# FlashAttentionFunction is a torch.autograd.Function, which tests/test_correct_styles.py's
+# calls (a function, or an nn.Module built and called) cannot make: its corpus files are
+# compared with the reference below, through the given flash_attention_gradients.
+UNSAMPLED = ("FlashAttentionFunction",)
 
 # A known bug of grader/chapters/ch09/bugs.py that tests/test_release.py makes in both trees.
-RELEASE_BUG = ("flash_attention_forward", "todo-flash-attention-forward-doubled")
+RELEASE_BUG = ("flash_attention_backward", "no-delta")
+
+
+# -- the chapter's own ------------------------------------------------------------------
+
+
+def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
+    solved = grade_source(SOLUTION, chapter="ch09")
+    assert solved.passed and solved.score == solved.max_score == 9
+    stub = grade_source(stub_source(CH09), chapter="ch09")
+    assert stub.score == 0
+    assert set(statuses(stub).values()) == {"not implemented"}
+
+
+def test_the_reference_saves_q_k_v_out_and_lse_only():
+    """What ctx.save_for_backward keeps, as autograd's saved_tensors_hooks see it: five
+    tensors, none of L x S numbers (the reference's forward runs with grad off inside, so
+    its own operations save nothing)."""
+    reference = _reference()
+    q, k, v = (torch.randn(2, n, 8, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        out = reference.flash_attention(q, k, v, True, 3)
+    assert saved == [(2, 5, 8), (2, 7, 8), (2, 7, 8), (2, 5, 8), (2, 5)]
+    assert type(out.grad_fn).__name__ == "FlashAttentionFunctionBackward"
+
+
+@pytest.mark.parametrize("path", STYLES, ids=[path.stem for path in STYLES])
+def test_each_correct_style_trains_as_the_reference(path):
+    reference, style = _reference(), _load(path, f"style_{path.stem}")
+    draw = Draw(3)
+    for num_queries, causal, block_size in ((6, False, 4), (6, True, 3), (12, True, 5)):
+        q, k, v = draw.randn(2, num_queries, 8), draw.randn(2, 10, 8), draw.randn(2, 10, 5)
+        grad_out = draw.randn(2, num_queries, 5)
+        expected = reference.flash_attention_gradients(q, k, v, grad_out, causal, block_size)
+        got = style.flash_attention_gradients(q, k, v, grad_out, causal, block_size)
+        for name, mine, theirs in zip(("out", "dq", "dk", "dv"), got, expected):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5, msg=f"{path.name}: {name}")
+
+
+def _memory_failures(report, exercise: str) -> dict[str, tuple[str, str]]:
+    return {check.check: (check.message, check.hint) for check in result_of(report, exercise).failed_checks}
+
+
+@pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
+def test_weights_saved_for_backward_fail_the_class_memory_check_alone(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("saves-the-weights")), chapter="ch09")
+    assert statuses(report) == {"flash_attention_forward": "passed", "flash_attention_backward": "passed",
+                                "FlashAttentionFunction": "failed"}
+    ((title, (message, hint)),) = _memory_failures(report, "FlashAttentionFunction").items()
+    assert title.startswith("saves only q, k, v, out and lse for backward")
+    assert "(1, 1024, 4096)" in message and hint == SAVED_WEIGHTS_HINT
+
+
+@pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
+def test_autograd_through_whole_attention_fails_memory_and_the_class_says_backward(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("autograd-through-naive-attention")), chapter="ch09")
+    assert statuses(report)["flash_attention_forward"] == "passed"
+    failed = _memory_failures(report, "flash_attention_backward")
+    memory = [(message, hint) for title, (message, hint) in failed.items() if "MiB of memory" in title]
+    assert len(memory) == 1 and "needed more than 14 MiB" in memory[0][0] and memory[0][1] == BACKWARD_MEMORY_HINT
+    # Its other failures: queries that see no key (L9-S6, causal), NaN from a softmax over no key.
+    assert all("L9-S6" in title for title in failed if "MiB of memory" not in title)
+    failed = _memory_failures(report, "FlashAttentionFunction")
+    assert [hint for title, (_, hint) in failed.items() if "L9-S6" not in title] == [BACKWARD_MATRIX_HINT]
+
+
+@pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
+def test_a_whole_score_matrix_in_forward_is_named_in_the_class_check_too(grade_source):
+    report = grade_source(apply_bug(SOLUTION, _bug("whole-score-matrix")), chapter="ch09")
+    assert [hint for _, hint in _memory_failures(report, "flash_attention_forward").values()] == [FORWARD_MEMORY_HINT]
+    assert [hint for _, hint in _memory_failures(report, "FlashAttentionFunction").values()] == [FORWARD_MEMORY_HINT]
+
+
+def _numbers(*values: float) -> list[str]:
+    return [f"{value:.4f}" for value in values]
+
+
+def test_the_lessons_worked_example_is_the_reference():
+    """Section 4's one query over three keys, blocks of 2: the forward's running state, then
+    the backward's P, D, dS and gradients."""
+    reference = _reference()
+    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
+    q = torch.tensor([[1.0]], dtype=torch.float64)  # (1, 1): d = 1, scale 1
+    k = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)  # (3, 1)
+    v = torch.tensor([[1.0], [2.0], [4.0]], dtype=torch.float64)  # (3, 1)
+    grad_out = torch.tensor([[1.0]], dtype=torch.float64)  # (1, 1)
+    shown = []
+    m, l, acc = float("-inf"), 0.0, 0.0
+    for start in (0, 2):
+        scores, values = (q @ k[start:start + 2].T)[0], v[start:start + 2, 0]
+        m_new = max(m, float(scores.max()))
+        p = torch.exp(scores - m_new)
+        rescale = math.exp(m - m_new)
+        l, acc, m = l * rescale + float(p.sum()), acc * rescale + float(p @ values), m_new
+        shown += _numbers(l, acc)
+    out, lse = reference.flash_attention_forward(q, k, v, block_size=2)
+    assert (float(out), float(lse)) == pytest.approx((acc / l, m + math.log(l)))
+    weights = torch.exp(q @ k.T - lse[:, None])[0]  # (3,)
+    delta = float(grad_out[0] @ out[0])
+    d_scores = weights * (v[:, 0] - delta)  # dP = dO v^T = v here
+    dq, dk, dv = reference.flash_attention_backward(q, k, v, out, lse, grad_out, block_size=2)
+    torch.testing.assert_close(dk[:, 0], d_scores)
+    torch.testing.assert_close(dv[:, 0], weights)
+    shown += _numbers(float(out), float(lse), *weights.tolist(), delta, *d_scores.tolist(), float(dq))
+    # And PyTorch's autograd agrees.
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    expected = torch.autograd.grad(F.scaled_dot_product_attention(*leaves).sum(), leaves)
+    torch.testing.assert_close((dq, dk, dv), expected)
+    text = re.sub(r"−", "-", lesson)
+    missing = [number for number in shown if number not in text]
+    assert not missing, f"numbers of the worked example missing from the lesson: {missing}"

@@ -18,8 +18,8 @@ BUGS = (
              "for plain attention: that is the memory FlashAttention saves; save q, k, v, out and "
              "lse, and let backward rebuild the weights block by block",
              "ctx.save_for_backward(q, k, v, out, lse)",
-             "weights = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - lse[..., None])\n"
-             "        ctx.save_for_backward(q, k, v, out, lse, weights)"),
+             "ctx.save_for_backward(q, k, v, out, lse)\n"
+             "        ctx.weights = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - lse[..., None])"),
     KnownBug("FlashAttentionFunction", "causal-not-passed-on",
              "looks like backward calls flash_attention_backward without the causal flag forward "
              "was given: keep it on ctx (ctx.causal = causal) and pass it on",
@@ -87,7 +87,8 @@ BUGS = (
              "        if causal:\n"
              "            visible = torch.ones(num_queries, num_keys, dtype=torch.bool, device=q.device)\n"
              "            scores = scores.masked_fill(~visible.tril(num_keys - num_queries), float(\"-inf\"))\n"
-             "        weights = torch.exp(scores - lse[..., None])\n"
+             "        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))\n"
+             "        weights = weights / weights.sum(dim=-1, keepdim=True)\n"
              "        return torch.autograd.grad(((weights @ leaves[2]) * grad_out).sum(), leaves)\n"
              "    delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., L, 1)"),
     KnownBug("flash_attention_backward", "no-delta",

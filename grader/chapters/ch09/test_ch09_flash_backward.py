@@ -203,17 +203,22 @@ def test_function_matches_reference(submission, reference, bugs, inputs, case):
 
 # -- memory, as the kernel counts it -------------------------------------------------------
 
-# What each exercise, with L = 512 queries and S = 8192 keys (d = d_v = 8, blocks of 128),
+# What each exercise, with L = 1024 queries and S = 4096 keys (d = d_v = 8, blocks of 256),
 # may map beyond what its worker maps before the file runs, as the kernel counts it. The
 # (L, S) scores alone take 16 MiB in float32, however they are computed; autograd through
-# whole attention keeps two such tensors and more, and weights saved by forward are held
-# while backward runs (the class's check runs both in one call). Measured on Linux with
-# torch 2.13 (tests/test_ch09_flash_backward.py): the reference needs at most 3 MiB for the
-# class, the correct-style corpus 6 (blocks of queries inside blocks of keys); a whole (L, S)
-# float32 tensor in any pass 16 and more. 10 MiB is 4 above the first and 6 below the second.
-MEMORY_BUDGET = 11 * 2**20
-MEMORY_SIZES = (256, 8192, 8, 128)  # L, S, d, block_size
-LAST_QUERIES = 32  # of the 256, whose outputs are compared with the reference
+# whole attention keeps two such tensors and more, and weights saved by forward are still
+# held while backward runs (the class's check runs both passes in one call). An (L, block)
+# piece takes 1 MiB: from that size on, glibc gives each allocation a mapping of its own,
+# unmapped when freed (grader.isolation), so pieces freed block after block leave no holes
+# in the heap; with smaller pieces, a list of per-block results kept between them (dk and
+# dv blocks joined by torch.cat at the end, a common style) left about one piece a block
+# behind, as much as the (L, S) matrix in all. Measured on Linux with torch 2.13
+# (tests/test_ch09_flash_backward.py): the reference and the correct-style corpus need at
+# most 8 MiB; the known bugs that hold an (L, S) float32 tensor more than 22. 14 MiB is 6
+# above the first and 8 below the second.
+MEMORY_BUDGET = 14 * 2**20
+MEMORY_SIZES = (1024, 4096, 8, 256)  # L, S, d, block_size
+LAST_QUERIES = 32  # of the 1024: their outputs and dq are compared with the reference's on them alone
 
 
 def _memory_inputs(inputs):
@@ -222,44 +227,55 @@ def _memory_inputs(inputs):
             inputs.randn(1, num_queries, width))
 
 
-def _shapes_right(parts, shapes) -> bool:
-    return all(isinstance(part, torch.Tensor) and tuple(part.shape) == shape for part, shape in zip(parts, shapes))
+def _last(tensors, count: int = LAST_QUERIES) -> tuple:
+    """The last ``count`` queries of each (L, ...) tensor (an lse: of its last axis). As the
+    last rows they keep their bottom-right positions S - count + i: their outputs, lse and
+    dq are those of the whole call, computed at a fraction of its cost."""
+    return tuple(t[..., -count:] if t.dim() == 2 else t[..., -count:, :] for t in tensors)
+
+
+def _expect_last(got, call: str, names, shapes, expected_last) -> None:
+    """``got``'s shapes, then its last queries against ``expected_last`` (items None: not compared)."""
+    parts = unpack(got, names, call)
+    for name, part, shape in zip(names, parts, shapes):
+        if part is None or not isinstance(part, torch.Tensor) or tuple(part.shape) != shape:
+            expect_close(part, torch.zeros(shape), f"{name} of {call}")  # the shape's (or None's) message
+    last = [_last((part,))[0] for part, right in zip(parts, expected_last) if right is not None]
+    _expect_parts(tuple(last), f"{call} at its last {LAST_QUERIES} queries", [r for r in expected_last if r is not None],
+                  tuple(name for name, right in zip(names, expected_last) if right is not None))
 
 
 @exercise("flash_attention_forward")
 def test_forward_never_builds_the_score_matrix(submission, reference, inputs):
-    """with 256 queries, 8192 keys and blocks of 128, needs no more than 11 MiB of memory, as the kernel counts it (the (L, S) scores alone take 8 MiB)"""
+    """with 1024 queries, 4096 keys and blocks of 256, needs no more than 14 MiB of memory, as the kernel counts it (the (L, S) scores alone take 16 MiB)"""
     q, k, v, _ = _memory_inputs(inputs)
-    block_size, causal = MEMORY_SIZES[-1], False
-    got, call = run_within(submission, MEMORY_BUDGET, "flash_attention_forward", q, k, v, causal=causal,
+    block_size = MEMORY_SIZES[-1]
+    got, call = run_within(submission, MEMORY_BUDGET, "flash_attention_forward", q, k, v, causal=False,
                            block_size=block_size, hint=FORWARD_MEMORY_HINT)
-    # The values show the budget was not kept by computing worse; the other checks judge
-    # them, so the last queries alone are compared, with the reference run on them alone.
-    parts = unpack(got, ("out", "lse"), call)
-    last = LAST_QUERIES
-    if not _shapes_right(parts, [tuple(q.shape), tuple(q.shape[:-1])]):
-        _expect_parts(got, call, reference.flash_attention_forward(q, k, v, causal, block_size), ("out", "lse"))
-        return
-    _expect_parts((parts[0][..., -last:, :], parts[1][..., -last:]), f"{call} at its last {last} queries",
-                  reference.flash_attention_forward(q[..., -last:, :], k, v, causal, block_size), ("out", "lse"))
+    # The values show that the budget was not kept by computing worse; the other checks
+    # judge them, so the last queries alone are compared, the reference run on them alone.
+    (q_last,) = _last((q,))
+    _expect_last(got, call, ("out", "lse"), (tuple(q.shape), tuple(q.shape[:-1])),
+                 reference.flash_attention_forward(q_last, k, v, False, block_size))
 
 
 @exercise("flash_attention_backward")
 def test_backward_never_builds_the_score_matrix(submission, reference, inputs):
-    """with 256 queries, 8192 keys and blocks of 128, needs no more than 11 MiB of memory, as the kernel counts it (the (L, S) weights alone take 8 MiB)"""
+    """with 1024 queries, 4096 keys and blocks of 256, needs no more than 14 MiB of memory, as the kernel counts it (the (L, S) weights alone take 16 MiB)"""
     q, k, v, grad_out = _memory_inputs(inputs)
-    block_size, causal = MEMORY_SIZES[-1], True
-    out, lse = reference.flash_attention_forward(q, k, v, causal, block_size)
+    block_size = MEMORY_SIZES[-1]
+    out, lse = reference.flash_attention_forward(q, k, v, True, block_size)
     got, call = run_within(submission, MEMORY_BUDGET, "flash_attention_backward", q, k, v, out, lse, grad_out,
-                           causal=causal, block_size=block_size, hint=BACKWARD_MEMORY_HINT)
-    parts = unpack(got, ("dq", "dk", "dv"), call)
-    expected = reference.flash_attention_backward(q, k, v, out, lse, grad_out, causal, block_size)
-    _expect_parts(got, call, expected, ("dq", "dk", "dv"))
+                           causal=True, block_size=block_size, hint=BACKWARD_MEMORY_HINT)
+    q_last, out_last, lse_last, grad_last = _last((q, out, lse, grad_out))
+    dq_last = reference.flash_attention_backward(q_last, k, v, out_last, lse_last, grad_last, True, block_size)[0]
+    _expect_last(got, call, ("dq", "dk", "dv"), (tuple(q.shape), tuple(k.shape), tuple(v.shape)),
+                 (dq_last, None, None))
 
 
 @exercise("FlashAttentionFunction")
 def test_function_keeps_no_score_matrix_for_backward(submission, reference, inputs):
-    """saves only q, k, v, out and lse for backward: forward then backward, with 256 queries, 8192 keys and blocks of 128, need no more than 11 MiB of memory, as the kernel counts it (the (L, S) weights alone take 8 MiB)"""
+    """saves only q, k, v, out and lse for backward: forward then backward, with 1024 queries, 4096 keys and blocks of 256, need no more than 14 MiB of memory, as the kernel counts it (the (L, S) weights alone take 16 MiB)"""
     q, k, v, grad_out = _memory_inputs(inputs)
     args = (q, k, v, grad_out, True, MEMORY_SIZES[-1])
     try:
@@ -268,7 +284,10 @@ def test_function_keeps_no_score_matrix_for_backward(submission, reference, inpu
         if failure.kind == Failure.MEMORY and failure.hint is None:
             failure.hint = _which_pass(submission, args)
         raise
-    _expect_parts(got, call, reference.flash_attention_gradients(*args), ("out", "dq", "dk", "dv"))
+    q_last, grad_last = _last((q, grad_out))
+    out_last, dq_last, _, _ = reference.flash_attention_gradients(q_last, k, v, grad_last, True, MEMORY_SIZES[-1])
+    _expect_last(got, call, ("out", "dq", "dk", "dv"),
+                 (tuple(q.shape), tuple(q.shape), tuple(k.shape), tuple(v.shape)), (out_last, dq_last, None, None))
 
 
 def _which_pass(submission, args: tuple) -> str:
