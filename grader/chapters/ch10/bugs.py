@@ -90,8 +90,8 @@ BUGS = (
              "mask the slots after the newest token (slot > count) out of the softmax",
              "scores.masked_fill(~held, float(\"-inf\"))", "scores"),
     KnownBug("streaming_attention_step", "sinks-not-passed",
-             "looks like sinks is not passed on to rolling_cache_append, so the sinks are evicted like "
-             "the other tokens once the buffer is full",
+             "looks like the sinks are evicted like the other tokens once the buffer is full: pass sinks "
+             "on to rolling_cache_append (its default is 0), and check that it keeps the first sinks slots",
              "rolling_cache_append(k_cache, v_cache, k, v, count, sinks)",
              "rolling_cache_append(k_cache, v_cache, k, v, count)"),
     KnownBug("streaming_attention_step", "query-at-n",
