@@ -35,7 +35,8 @@ import pytest
 import torch
 
 from grader.chapters.ch09.bugs import BUGS
-from grader.checks import Oracles, case_ids, exercise, portability_check, portable, run, run_within
+from grader.checks import (Oracles, case_ids, exercise, expect_portable, portability, portability_check, portable, run,
+                           run_within)
 from grader.compare import CheckFailure, expect_close, fail, unpack
 from grader.outcomes import Failure
 
@@ -329,7 +330,13 @@ test_would_run_on_a_gpu = portability_check([
     portable("flash_attention_forward", lambda inputs: (
         _inputs(inputs, CASES[1], torch.float32)[:3], {"causal": True, "block_size": 4})),
     portable("flash_attention_backward", _backward_args),
-    # The class, through the given function that applies it and backpropagates.
-    pytest.param("flash_attention_gradients", lambda inputs: (_inputs(inputs, CASES[1], torch.float32) + (True, 4), {}),
-                 marks=exercise("FlashAttentionFunction"), id="FlashAttentionFunction"),
 ])
+
+
+# The class, through the given function that applies it and backpropagates: a check of
+# its own, since a portable(...) case calls the exercise by its name.
+@exercise("FlashAttentionFunction")
+@portability
+def test_function_would_run_on_a_gpu(submission, inputs):
+    """would run on a GPU too: runs with its inputs on meta, where a tensor made on the CPU cannot meet them"""
+    expect_portable(submission, "flash_attention_gradients", *_inputs(inputs, CASES[1], torch.float32), True, 4)
