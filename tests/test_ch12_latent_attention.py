@@ -10,8 +10,15 @@ import re
 
 import pytest
 import torch
+from conftest import (
+    Draw,
+    replace_function,
+    result_of,
+    solution_source,
+    statuses,
+    stub_source,
+)
 
-from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 
@@ -163,7 +170,7 @@ def test_the_lessons_worked_example_is_the_references():
     """Section 5's numbers: the tiny model the lesson runs by hand."""
     reference = _reference()
     lesson = (LESSON / "README.md").read_text(encoding="utf-8")
-    example = re.search(r"<!-- worked example: begin -->(.*?)<!-- worked example: end -->", lesson, re.S).group(1)
+    example = re.search(r"<!-- worked example: begin -->(.*?)<!-- worked example: end -->", lesson, re.DOTALL).group(1)
     module = reference.MultiHeadLatentAttention(2, 1, 2, 2, 1, 1)
     state = {"q_down.weight": [[1.0, 1.0]], "q_up.weight": [[1.0], [0.0]], "q_rope.weight": [[0.0], [1.0]],
              "kv_down.weight": [[0.0, 1.0]], "k_up.weight": [[2.0], [0.0]], "v_up.weight": [[1.0], [-1.0]],
@@ -172,7 +179,7 @@ def test_the_lessons_worked_example_is_the_references():
     x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
     with torch.no_grad():
         whole = module(x)
-        first, cache = reference.absorbed_decode(module, x[:, :1])
+        _, cache = reference.absorbed_decode(module, x[:, :1])
         second, cache = reference.absorbed_decode(module, x[:, 1:], cache)
     torch.testing.assert_close(second, whole[:, 1:])
     numbers = re.findall(r"-?\d+\.\d+", example)

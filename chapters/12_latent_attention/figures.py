@@ -26,8 +26,8 @@ def _box(x: float, y: float, width: float, height: float, label: str, colour: st
     """A labelled box whose top-left corner is ``(x, y)``; filled boxes are what is cached."""
     opacity = "0.85" if filled else "0.15"
     ink = "white" if filled else TEXT
-    parts = [f"<rect x='{x:.1f}' y='{y:.1f}' width='{width}' height='{height}' rx='4' fill='{colour}' "
-             f"fill-opacity='{opacity}' stroke='{colour}' stroke-width='2'/>",
+    parts = [(f"<rect x='{x:.1f}' y='{y:.1f}' width='{width}' height='{height}' rx='4' fill='{colour}' "
+              f"fill-opacity='{opacity}' stroke='{colour}' stroke-width='2'/>"),
              text(x + width / 2, y + height / 2 + (0 if note else 4), label, colour=ink, bold=filled)]
     if note:
         parts.append(text(x + width / 2, y + height / 2 + 15, note, colour=ink, size=10))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["cache_bytes", "latent_cache", "mla", "mla_from_products", "mha_cache_bytes"]
+__all__ = ["cache_bytes", "latent_cache", "mha_cache_bytes", "mla", "mla_from_products"]
 
 THETA = 10000.0
 
