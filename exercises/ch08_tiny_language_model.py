@@ -276,3 +276,47 @@ class RoPETransformerBlock(TransformerBlock):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         # YOUR CODE HERE
         raise NotImplementedError
+
+
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Optional, no points: draw the next token of each row at random, as
+    Hugging Face's ``generate(do_sample=True)`` does, instead of ``argmax``.
+    Graded when you write it; left as it is, it costs nothing.
+
+    The three filters apply in this order, each to what the last left:
+
+    1. temperature: the logits divided by ``temperature`` (below 1 sharpens
+       the distribution towards the argmax; above 1 flattens it);
+    2. top-k: keep the ``top_k`` largest logits of each row, set the others
+       to ``-inf`` (a logit equal to the k-th largest is kept);
+    3. top-p (nucleus sampling): of the tokens left, by the softmax of what
+       is left, keep the most likely ones, in order, until their
+       probabilities add up to ``top_p`` or more: the token that reaches
+       ``top_p`` is kept, and so is the most likely token always.
+
+    Then draw one token a row from the softmax of what is left, with
+    ``torch.multinomial`` and a generator seeded with ``seed`` on the
+    logits' device: ``torch.Generator(logits.device).manual_seed(seed)``.
+    The same seed gives the same tokens.
+
+    Args:
+        logits: ``(B, V)``, the newest position's logits, as ``generate``
+            takes them.
+        temperature: ``> 0``.
+        top_k: ``1 <= top_k <= V``, or None: no top-k filter.
+        top_p: ``0 < top_p <= 1``, or None: no top-p filter.
+        seed: seeds the draw.
+
+    Returns:
+        ``(B,)`` int64: one token a row, ``0 .. V - 1``.
+
+    Dtypes: ``logits`` float32 or float64.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError

@@ -442,6 +442,12 @@ CHAPTERS: tuple[Chapter, ...] = (
                 uses=("TransformerBlock",),
                 optional=True,
             ),
+            Exercise(
+                "sample_next_token",
+                "optional: sampling with temperature, top-k and top-p, under a seed",
+                0,
+                optional=True,
+            ),
         ),
         extra_cost=60,  # its training checks (76 steps) cost about what 60 other checks do
     ),

@@ -367,3 +367,59 @@ class RoPETransformerBlock(TransformerBlock):
         x = x + self.mlp(self.ln2(x))
         return x, (k, v)  # (B, T, D), and the cache (B, H, T_past + T, d) each
         # END SOLUTION
+
+
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Optional, no points: draw the next token of each row at random, as
+    Hugging Face's ``generate(do_sample=True)`` does, instead of ``argmax``.
+    Graded when you write it; left as it is, it costs nothing.
+
+    The three filters apply in this order, each to what the last left:
+
+    1. temperature: the logits divided by ``temperature`` (below 1 sharpens
+       the distribution towards the argmax; above 1 flattens it);
+    2. top-k: keep the ``top_k`` largest logits of each row, set the others
+       to ``-inf`` (a logit equal to the k-th largest is kept);
+    3. top-p (nucleus sampling): of the tokens left, by the softmax of what
+       is left, keep the most likely ones, in order, until their
+       probabilities add up to ``top_p`` or more: the token that reaches
+       ``top_p`` is kept, and so is the most likely token always.
+
+    Then draw one token a row from the softmax of what is left, with
+    ``torch.multinomial`` and a generator seeded with ``seed`` on the
+    logits' device: ``torch.Generator(logits.device).manual_seed(seed)``.
+    The same seed gives the same tokens.
+
+    Args:
+        logits: ``(B, V)``, the newest position's logits, as ``generate``
+            takes them.
+        temperature: ``> 0``.
+        top_k: ``1 <= top_k <= V``, or None: no top-k filter.
+        top_p: ``0 < top_p <= 1``, or None: no top-p filter.
+        seed: seeds the draw.
+
+    Returns:
+        ``(B,)`` int64: one token a row, ``0 .. V - 1``.
+
+    Dtypes: ``logits`` float32 or float64.
+    """
+    # BEGIN SOLUTION
+    logits = logits / temperature  # (B, V)
+    if top_k is not None:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest of each row
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        ranked, order = logits.sort(dim=-1, descending=True)  # (B, V) each, most likely first
+        probabilities = ranked.softmax(dim=-1)  # (B, V), of what top-k left
+        above = probabilities.cumsum(dim=-1) - probabilities  # (B, V): mass of the tokens ranked above
+        dropped = above >= top_p  # (B, V): top_p was reached before this token
+        logits = logits.masked_fill(dropped.scatter(-1, order, dropped), float("-inf"))  # back to vocab order
+    generator = torch.Generator(device=logits.device).manual_seed(seed)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]  # (B,)
+    # END SOLUTION

@@ -46,7 +46,7 @@ def test_solution_scores_full_marks_and_stub_scores_zero(grade_source):
     assert stub.score == 0 and not stub.passed
     assert statuses(stub) == {"TransformerBlock": "not implemented", "TinyLM": "not implemented",
                               "train": "not implemented", "generate": "not implemented",
-                              "RoPETransformerBlock": "not attempted"}
+                              "RoPETransformerBlock": "not attempted", "sample_next_token": "not attempted"}
 
 
 # Correct code written otherwise: PyTorch's causal attention, the heads split with
@@ -104,7 +104,8 @@ def test_is_causal_with_a_cache_is_told_its_mask_is_the_top_left_corner(grade_so
 def test_positions_that_restart_at_0_fail_the_models_cached_path_and_generate(grade_source):
     report = grade_source(apply_bug(SOLUTION, _bug("positions-restart-at-0")), chapter="ch08", limits=TRAINING)
     assert statuses(report) == {"TransformerBlock": "passed", "TinyLM": "failed", "train": "passed",
-                                "generate": "failed", "RoPETransformerBlock": "passed"}
+                                "generate": "failed", "RoPETransformerBlock": "passed",
+                                "sample_next_token": "passed"}
     model = result_of(report, "TinyLM")
     assert {check.hint for check in model.failed_checks} >= {_bug("positions-restart-at-0").hint}
     assert "TinyLM" in result_of(report, "generate").note  # "it uses TinyLM, which fails too"
@@ -346,6 +347,51 @@ def test_the_lessons_numbers_are_the_texts():
     assert f"{TRAIN_STEPS} steps" in lesson
 
 
+
+# Section 6's worked example of sampling: the filters, and the probabilities the lesson prints.
+SAMPLING_EXAMPLE = [
+    ("none ($T = 1$)", {}, "0.563, 0.207, 0.126, 0.076, 0.028"),
+    ("$T = 0.5$", {"temperature": 0.5}, "0.829, 0.112, 0.041, 0.015, 0.002"),
+    ("$T = 2$", {"temperature": 2.0}, "0.375, 0.227, 0.177, 0.138, 0.084"),
+    ("top-k, $k = 3$", {"top_k": 3}, "0.629, 0.231, 0.140, 0, 0"),
+    ("top-p, $p = 0.8$", {"top_p": 0.8}, "0.629, 0.231, 0.140, 0, 0"),
+    ("top-k $k = 3$, then top-p $p = 0.8$", {"top_k": 3, "top_p": 0.8}, "0.731, 0.269, 0, 0, 0"),
+]
+
+
+@pytest.mark.parametrize("row, options, printed", SAMPLING_EXAMPLE, ids=[row for row, _, _ in SAMPLING_EXAMPLE])
+def test_the_lessons_sampling_example_is_what_the_reference_draws(row, options, printed):
+    """The lesson's table is the oracle's distribution rounded, and the reference's draws
+    (200,000 of the example row) follow it to within 0.005."""
+    from grader.chapters.ch08.oracles import sampling_distribution
+
+    lesson = (LESSON / "README.md").read_text(encoding="utf-8")
+    assert f"| {row} | {printed} |" in lesson
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]], dtype=torch.float64)
+    exact = sampling_distribution(logits, options.get("temperature", 1.0), options.get("top_k"),
+                                  options.get("top_p"))[0]
+    assert ", ".join("0" if p == 0 else f"{p:.3f}" for p in exact.tolist()) == printed
+    drawn = _reference().sample_next_token(logits.repeat(200_000, 1), **options, seed=0)
+    shares = torch.bincount(drawn, minlength=5).double() / len(drawn)
+    assert (shares - exact).abs().max() < 0.005 and bool((shares[exact == 0] == 0).all())
+
+
+@pytest.mark.parametrize("old, new, bug", [
+    ("scores = logits / temperature", "scores = logits * temperature", "temperature-multiplied"),
+    ("cumulative_probs <= (1 - top_p)", "cumulative_probs < (1 - top_p) + sorted_logits.softmax(dim=-1)",
+     "top-p-drops-the-crossing-token"),
+    ("torch.topk(scores, top_k)[0][..., -1, None]", "torch.topk(scores, top_k - 1)[0][..., -1, None]",
+     "top-k-keeps-one-too-few"),
+])
+def test_a_sampler_written_otherwise_is_named_by_the_distribution_it_draws_from(grade_source, old, new, bug):
+    """Hugging Face's warpers with a known bug's misreading draw other tokens than the bug
+    made in the reference; the checks still name it, from the draws' shares."""
+    source = (COURSE_ROOT / "tests" / "correct_styles" / "ch08_hf.py").read_text(encoding="utf-8")
+    assert source.count(old) == 1
+    report = grade_source(source.replace(old, new), chapter="ch08", only={"sample_next_token"})
+    hints = {check.hint for check in result_of(report, "sample_next_token").failed_checks}
+    assert hints == {_bug(bug).hint}
+
 # -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
 
 
@@ -379,4 +425,7 @@ RELEASE_BUG = ("TransformerBlock", "no-causal-mask")
 # train trains on the course's text with random draws of its own: its checks take nothing
 # from the seed (tests/test_correct_styles.py grades the corpus on it once, not on five
 # seeds), and no sample call compares its losses with the reference's (grading alone does).
-SEED_FREE = UNSAMPLED = ("train",)
+# Nor does one of sample_next_token's draws: two right samplers draw other tokens from one
+# seed, and its checks judge the draws as a distribution.
+SEED_FREE = ("train",)
+UNSAMPLED = ("train", "sample_next_token")

@@ -63,6 +63,17 @@ _, cache = rope_block.forward_with_cache(x[:, :3])  # positions 0 .. 2; the cach
 out, cache = rope_block.forward_with_cache(x[:, 3:], cache)  # rotated at positions 3 and 4
 print(torch.allclose(out, y[:, 3:], atol=1e-5), cache[0].shape[2])  # True 5
 
+# %% try sample_next_token
+# Optional too. The lesson's example row, drawn 100,000 times: each share should be near its
+# probability after the filters (section 6's table), to about a hundredth.
+z = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0]).repeat(100_000, 1)  # (B, V)
+for options in ({}, {"temperature": 0.5}, {"top_k": 3}, {"top_k": 3, "top_p": 0.8}):
+    drawn = sample_next_token(z, **options, seed=0)  # (B,) int64
+    print(options, (torch.bincount(drawn, minlength=5) / len(drawn)).tolist())
+# {} about [0.563, 0.207, 0.126, 0.076, 0.028]; temperature 0.5 about [0.829, 0.112, 0.041, 0.015, 0.002];
+# top_k 3 about [0.629, 0.231, 0.140, 0, 0]; top_k 3 with top_p 0.8 about [0.731, 0.269, 0, 0, 0]
+print(torch.equal(sample_next_token(z[:20], seed=1), sample_next_token(z[:20], seed=1)))  # True
+
 # %% plot
 from IPython.display import SVG, display
 

@@ -236,3 +236,26 @@ class RoPETransformerBlock(TransformerBlock):
         hidden_states = self.proj(self._merge_heads(attn_output, self.num_heads, self.head_dim)) + residual
         hidden_states = hidden_states + self.mlp(self.ln2(hidden_states))
         return hidden_states, (key, value)
+
+
+# Sampling as Hugging Face's logits warpers: temperature, then TopKLogitsWarper (the k-th
+# largest from torch.topk), then TopPLogitsWarper (sorted ascending, remove while the running
+# sum stays at or below 1 - top_p, keep at least one), then torch.multinomial.
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, seed=0):
+    scores = logits / temperature
+    filter_value = -float("Inf")
+    if top_k is not None:
+        top_k = min(max(top_k, 1), scores.size(-1))
+        indices_to_remove = scores < torch.topk(scores, top_k)[0][..., -1, None]
+        scores = scores.masked_fill(indices_to_remove, filter_value)
+    if top_p is not None:
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        sorted_indices_to_remove = cumulative_probs <= (1 - top_p)
+        sorted_indices_to_remove[..., -1:] = 0  # min_tokens_to_keep = 1
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        scores = scores.masked_fill(indices_to_remove, filter_value)
+    probs = nn.functional.softmax(scores, dim=-1)
+    generator = torch.Generator(device=logits.device)
+    generator.manual_seed(seed)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)

@@ -216,3 +216,28 @@ class RoPETransformerBlock(TransformerBlock):
         scores = F.softmax(scores.float(), dim=-1).type_as(xq)
         output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
         return self.proj(output), (keys, values)
+
+
+def sample_top_p(probs, p, generator):
+    """Meta llama's nucleus sampling: sort descending, zero the tokens once the mass before
+    them exceeds p, renormalize, draw among the sorted ones and map back."""
+    probs_sort, probs_idx = torch.sort(probs, dim=-1, descending=True)
+    probs_sum = torch.cumsum(probs_sort, dim=-1)
+    mask = probs_sum - probs_sort >= p
+    probs_sort[mask] = 0.0
+    probs_sort.div_(probs_sort.sum(dim=-1, keepdim=True))
+    next_token = torch.multinomial(probs_sort, num_samples=1, generator=generator)
+    return torch.gather(probs_idx, -1, next_token)
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: Optional[int] = None,
+                      top_p: Optional[float] = None, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator(device=logits.device).manual_seed(seed)
+    logits = logits / temperature
+    if top_k is not None:
+        values, _ = torch.topk(logits, top_k)
+        logits = torch.where(logits < values[:, -1:], torch.full_like(logits, float("-inf")), logits)
+    probs = torch.softmax(logits, dim=-1)
+    if top_p is not None:
+        return sample_top_p(probs, top_p, generator).reshape(-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).reshape(-1)

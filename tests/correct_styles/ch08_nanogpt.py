@@ -187,3 +187,23 @@ def train(tokens, vocab_size, steps, context=32, batch_size=16, lr=1e-2, seed=0,
         optimizer.step()
         lossi.append(loss.item())
     return model, lossi
+
+
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, seed=0):
+    # nanoGPT's generate: scale by the temperature, crop to the top k, sample from the softmax;
+    # the nucleus filter added in the same in-place style.
+    logits = logits / temperature
+    if top_k is not None:
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits[logits < v[:, [-1]]] = -float('Inf')
+    if top_p is not None:
+        probs = F.softmax(logits, dim=-1)
+        sorted_probs, idx = torch.sort(probs, descending=True)
+        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # the mass ranked above each
+        drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, idx, before >= top_p)
+        logits[drop] = -float('Inf')
+    probs = F.softmax(logits, dim=-1)
+    g = torch.Generator(device=logits.device)
+    g.manual_seed(seed)
+    idx_next = torch.multinomial(probs, num_samples=1, generator=g)
+    return idx_next.view(-1)

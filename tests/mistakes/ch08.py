@@ -1,4 +1,5 @@
-"""Chapter 8's uncatalogued mistakes: the block, the model, training, generation, the RoPE block."""
+"""Chapter 8's uncatalogued mistakes: the block, the model, training, generation, the RoPE block,
+the sampler."""
 
 from mistakes import Mistake
 
@@ -121,4 +122,21 @@ MISTAKES = (
             "cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)",
             "cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)",
             "narrowed", "cos and sin in bfloat16, as some llama ports keep them"),
+    # -- sample_next_token (optional) ---------------------------------------------------------
+    Mistake("sample_next_token", "temperature-ignored",
+            "logits = logits / temperature", "logits = logits.clone()",
+            None, "the temperature never applied"),
+    Mistake("sample_next_token", "top-k-of-the-smallest",
+            "logits.topk(top_k, dim=-1)", "logits.topk(top_k, dim=-1, largest=False)",
+            None, "the k-th smallest logit taken as the bar, which keeps V - k + 1 tokens"),
+    Mistake("sample_next_token", "top-p-softmax-over-the-batch",
+            "probabilities = ranked.softmax(dim=-1)", "probabilities = ranked.softmax(dim=0)",
+            None, "top-p's probabilities normalized over the rows, so no running sum reaches top_p"),
+    Mistake("sample_next_token", "generator-never-seeded",
+            "torch.Generator(device=logits.device).manual_seed(seed)", "torch.Generator(device=logits.device)",
+            None, "a fresh generator's default seed: the same tokens for every seed"),
+    Mistake("sample_next_token", "top-p-mask-left-in-rank-order",
+            "logits.masked_fill(dropped.scatter(-1, order, dropped), float(\"-inf\"))",
+            "logits.masked_fill(dropped, float(\"-inf\"))",
+            None, "the mask of the ranked tokens applied to the vocabulary's order"),
 )

@@ -184,4 +184,33 @@ BUGS = (
              "gives (B,); keep it (B, 1) (keepdim=True) to append it to the tokens and to run it",
              "last.argmax(dim=-1, keepdim=True)", "last.argmax(dim=-1)",
              error=r"Tensors must have same number of dimensions"),
+    # -- sample_next_token (optional) ---------------------------------------------------------
+    KnownBug("sample_next_token", "temperature-multiplied",
+             "looks like the logits are multiplied by the temperature; they are divided by it, so "
+             "that a temperature below 1 sharpens the distribution and one above 1 flattens it",
+             "logits = logits / temperature", "logits = logits * temperature"),
+    KnownBug("sample_next_token", "top-k-keeps-one-too-few",
+             "looks like top-k keeps k - 1 tokens: the k-th largest logit is kept too (remove only "
+             "the logits below it, < and not <=)",
+             "logits < kth", "logits <= kth"),
+    KnownBug("sample_next_token", "top-p-drops-the-crossing-token",
+             "looks like top-p removes the token whose probability takes the running sum to top_p; "
+             "keep the tokens until the sum reaches top_p, that one included (remove a token when "
+             "the tokens ranked above it already hold top_p)",
+             "above = probabilities.cumsum(dim=-1) - probabilities", "above = probabilities.cumsum(dim=-1)"),
+    KnownBug("sample_next_token", "top-p-from-the-least-likely",
+             "looks like top-p ranks the tokens from the least likely up, and so keeps the unlikely "
+             "ones; rank them from the most likely down (sort descending) and keep those until their "
+             "probabilities add up to top_p",
+             "ranked, order = logits.sort(dim=-1, descending=True)",
+             "ranked, order = logits.sort(dim=-1, descending=False)"),
+    KnownBug("sample_next_token", "greedy",
+             "looks like the token with the largest logit is taken every time (argmax): sampling draws "
+             "each token with its probability, torch.multinomial(probabilities, 1, generator=...)",
+             "torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]", "logits.argmax(dim=-1)"),
+    KnownBug("sample_next_token", "seed-ignored",
+             "looks like the seed is not used: the generator is seeded with a constant, so every seed "
+             "draws the same tokens; seed it with the seed argument",
+             "torch.Generator(device=logits.device).manual_seed(seed)",
+             "torch.Generator(device=logits.device).manual_seed(0)"),
 )

@@ -3,8 +3,9 @@ model written with PyTorch's functions (``F.layer_norm``, ``F.linear``,
 ``F.scaled_dot_product_attention`` with ``is_causal=True``, ``F.gelu``,
 ``F.embedding``) on the weights of a state dict; the keys and values each
 block computes (what a KV cache holds); greedy generation that runs the
-whole sequence again at every step (no cache); and the text cut into
-windows with their next tokens.
+whole sequence again at every step (no cache); the text cut into
+windows with their next tokens; and the distribution a sampler draws from
+(temperature, top-k, top-p), computed as Hugging Face's logits warpers do.
 
 Shapes: x ``(B, T, D)`` with ``D = H * d``; tokens ``(B, T)`` int64; logits
 ``(B, T, V)``. A state in the course's names (the docstrings' ``state_dict``):
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["block", "block_keys_values", "greedy", "model", "model_keys_values", "rope_block",
-           "rope_block_keys_values", "text_windows"]
+           "rope_block_keys_values", "sampling_distribution", "text_windows"]
 
 
 def _heads(state, num_heads, x, prefix):
@@ -127,3 +128,31 @@ def text_windows(tokens, context):
     windows = (len(tokens) - 1) // context
     inputs = tokens[:windows * context].view(windows, context)
     return inputs, tokens[1:windows * context + 1].view(windows, context)
+
+
+def sampling_distribution(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                          crossing_kept: bool = True) -> torch.Tensor:
+    """``(B, V)`` float64: the probability of each token that sampling from
+    ``logits`` ``(B, V)`` draws, as Hugging Face's ``TemperatureLogitsWarper``,
+    ``TopKLogitsWarper`` and ``TopPLogitsWarper`` filter them, in that order.
+    Top-p ranks the tokens from the least likely up and removes those whose
+    running sum stays at or below ``1 - top_p``, never the most likely one.
+
+    ``crossing_kept=False`` also removes the token whose running sum (from the
+    most likely down) reaches ``top_p``: a misreading the checks name when a
+    draw follows it."""
+    scores = logits.double() / temperature
+    if top_k is not None:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1, None]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p is not None:
+        scores = _top_p(scores, top_p, crossing_kept)
+    return torch.softmax(scores, dim=-1)
+
+
+def _top_p(scores, top_p, crossing_kept):
+    ascending, order = torch.sort(scores, dim=-1)
+    running = torch.softmax(ascending, dim=-1).cumsum(dim=-1)
+    removed = running <= 1 - top_p if crossing_kept else running <= 1 - top_p + torch.softmax(ascending, dim=-1)
+    removed[..., -1] = False  # the most likely token stays
+    return scores.masked_fill(removed.scatter(-1, order, removed), float("-inf"))

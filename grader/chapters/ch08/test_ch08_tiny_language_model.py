@@ -749,6 +749,135 @@ def test_rope_block_parameters(submission, inputs):
     _expect_parameters(submission, "RoPETransformerBlock", recipe, inputs.randn(2, 3, 8), expected)
 
 
+# -- sample_next_token (optional) ----------------------------------------------------------------
+
+# A sampler is judged by what it draws, not by one draw: each call draws DRAWS tokens, half
+# from each of two rows of logits, and each token's share of a row's draws must be within
+# SIGMAS standard deviations of its probability under the filters (oracles.py, as Hugging
+# Face's warpers compute it), and never drawn where the filters removed it. A correct sampler
+# strays that far with probability about 2e-9 a token. Every known bug moves some token's
+# share by 0.22 or more in some case, against 0.03 allowed (10,000 draws, a share near one half).
+DRAWS = 20000
+SIGMAS = 6.0
+LOGITS = (3.0, 2.2, 1.5, 1.0, 0.4, 0.0, -0.7, -1.5)  # V = 8, no two near a filter's edge
+# (id, temperature, top_k, top_p): each filter alone, then all three, whose order matters.
+# With V = 8, two misreadings often keep the same tokens on one row, and so draw the very
+# same tokens: at T = 1, a top-p ranked from the least likely up keeps every token, as no
+# top-p at all does; top-k of the smallest (largest=False) at k = 5 keeps the k - 1 largest.
+# These cases were searched for (T, k, p) where no known bug, no two of them together and no
+# mistake of tests/mistakes/ch08.py keep the same tokens as another of them.
+SAMPLING_CASES = [
+    ("T1", 1.0, None, None),
+    ("T0.6", 0.6, None, None),
+    ("T2-k3", 2.0, 3, None),
+    ("T2-p0.6", 2.0, None, 0.6),
+    ("T2.5-k7-p0.7", 2.5, 7, 0.7),
+]
+SAMPLING_HINTS = {bug.name: bug.hint for bug in BUGS if bug.exercise == "sample_next_token"}
+
+
+def _sampling_logits(inputs) -> torch.Tensor:
+    """``(DRAWS, V)``: two rows of logits, each repeated, shuffled differently (row ``i``
+    is one of them by ``i % 2``); the second is also sharper and shifted."""
+    base = torch.tensor(LOGITS)
+    rows = torch.stack([base[inputs.permutation(len(LOGITS))], 1.3 * base[inputs.permutation(len(LOGITS))] - 0.5])
+    return rows.repeat(DRAWS // 2, 1)  # (DRAWS, V)
+
+
+def _sampling_seed(inputs) -> int:
+    """A seed of the check's own, drawn from its inputs: the same on every run of the check."""
+    return int(torch.randint(2**31 - 1, (), generator=inputs.generator))
+
+
+def _shares(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``(2, V)`` float64: how often each token was drawn from each of the two rows."""
+    return torch.stack([torch.bincount(tokens[row::2], minlength=vocab_size)[:vocab_size].double() / (DRAWS // 2)
+                        for row in range(2)])
+
+
+def _allowed(probabilities: torch.Tensor) -> torch.Tensor:
+    """``(2, V)``: how far a token's share of ``DRAWS // 2`` draws may stray from its probability."""
+    draws = DRAWS // 2
+    return SIGMAS * (probabilities * (1 - probabilities) / draws).sqrt() + 2 / draws
+
+
+def _follows(shares: torch.Tensor, probabilities: torch.Tensor) -> bool:
+    """Do the draws' shares follow ``probabilities``, within chance?"""
+    removed_drawn = (probabilities == 0) & (shares > 0)
+    return not bool(removed_drawn.any()) and bool(((shares - probabilities).abs() <= _allowed(probabilities)).all())
+
+
+def _sampling_misreading(shares, logits, temperature, top_k, top_p) -> str | None:
+    """The hint of the known bug whose distribution the draws follow instead, judged from
+    the shares alone: a sampler written otherwise than the reference draws other tokens
+    than the bug made in the reference, from the same distribution."""
+    rows = logits[:2]
+    misreadings = [("temperature-multiplied", (rows, 1 / temperature, top_k, top_p), {}),
+                   ("greedy", (rows, 1.0, 1, None), {})]
+    if top_k is not None and top_k > 1:
+        misreadings.append(("top-k-keeps-one-too-few", (rows, temperature, top_k - 1, top_p), {}))
+    if top_p is not None:
+        misreadings.append(("top-p-drops-the-crossing-token", (rows, temperature, top_k, top_p),
+                            {"crossing_kept": False}))
+    right = oracles.sampling_distribution(rows, temperature, top_k, top_p)
+    for name, args, kwargs in misreadings:
+        wrong = oracles.sampling_distribution(*args, **kwargs)
+        if not _follows(wrong, right) and _follows(shares, wrong):
+            return SAMPLING_HINTS[name]
+    return None
+
+
+def _drawn(got, call: str, vocab_size: int, hint: str | None = None) -> torch.Tensor:
+    if (not isinstance(got, torch.Tensor) or tuple(got.shape) != (DRAWS,) or got.dtype != torch.int64):
+        fail(f"{call} returned {describe(got)}; expected ({DRAWS},) int64: one token a row", hint=hint)
+    outside = (got < 0) | (got >= vocab_size)
+    if bool(outside.any()):
+        fail(f"{call} drew token {int(got[outside][0])}, outside the vocabulary 0 .. {vocab_size - 1}", hint=hint)
+    return got
+
+
+@exercise("sample_next_token")
+@pytest.mark.parametrize("case", SAMPLING_CASES, ids=case_ids(SAMPLING_CASES))
+def test_sampling_draws_from_the_filtered_softmax(submission, bugs, inputs, case):
+    """draws each token as often as its probability after temperature, top-k and top-p, in that order, and never one they remove"""
+    _, temperature, top_k, top_p = case
+    logits, seed = _sampling_logits(inputs), _sampling_seed(inputs)
+    got, call = run(submission, "sample_next_token", logits, temperature, top_k, top_p, seed=seed)
+    lookalikes = bugs.sample_next_token(logits, temperature, top_k, top_p, seed=seed)
+    tokens = _drawn(got, call, len(LOGITS), matching_hint(got, lookalikes))
+    shares = _shares(tokens, len(LOGITS))
+    expected = oracles.sampling_distribution(logits[:2], temperature, top_k, top_p)  # (2, V)
+    if _follows(shares, expected):
+        return
+    hint = matching_hint(got, lookalikes) or _sampling_misreading(shares, logits, temperature, top_k, top_p)
+    off = (shares - expected).abs() - _allowed(expected)  # (2, V)
+    off = off.masked_fill((expected == 0) & (shares > 0), float("inf"))
+    row, token = divmod(int(off.argmax()), len(LOGITS))
+    if expected[row, token] == 0:
+        fail(f"{call} drew token {token} from row {row} of the logits {shares[row, token]:.1%} of the time, but the "
+             f"filters remove it there: its probability is 0", hint=hint)
+    fail(f"{call} drew token {token} from row {row} of the logits {shares[row, token]:.1%} of the time, of "
+         f"{DRAWS // 2} draws; its probability is {expected[row, token]:.1%} (more than {SIGMAS:g} standard "
+         f"deviations away: not chance)", hint=hint)
+
+
+@exercise("sample_next_token")
+def test_sampling_repeats_with_its_seed_and_only_with_it(submission, bugs, inputs):
+    """the same seed draws the same tokens, and another seed other tokens"""
+    logits, seed = _sampling_logits(inputs), _sampling_seed(inputs)
+    first, call = run(submission, "sample_next_token", logits, 1.0, None, None, seed=seed)
+    again, _ = run(submission, "sample_next_token", logits, 1.0, None, None, seed=seed)
+    other, other_call = run(submission, "sample_next_token", logits, 1.0, None, None, seed=seed + 1)
+    lookalikes = bugs.sample_next_token(logits, 1.0, None, None, seed=seed + 1)
+    first, again = _drawn(first, call, len(LOGITS)), _drawn(again, call, len(LOGITS))
+    other = _drawn(other, other_call, len(LOGITS), matching_hint(other, lookalikes))
+    expect_true(torch.equal(first, again), f"{call} drew other tokens when called again: the draw must come from "
+                                           f"a generator seeded with seed, torch.Generator(logits.device).manual_seed(seed)")
+    if torch.equal(first, other):
+        fail(f"{other_call} drew the very tokens the seed {seed} drew: the draw must depend on the seed",
+             hint=matching_hint(other, lookalikes))
+
+
 # -- every exercise -----------------------------------------------------------------------
 
 test_would_run_on_a_gpu = portability_check([
