@@ -14,7 +14,7 @@
 #   corpus     tests/test_correct_styles.py with the grades on CUDA
 #   attacks    tests/test_attacks.py with the grades on CUDA
 #   verify     mha-course verify --device cuda: reference passes, stub fails, every known bug caught
-#   bench      grade_course.py (CPU, then CUDA), flash_attention.py on CUDA,
+#   bench      grade_course.py (CPU, then CUDA), flash_attention.py and flash_backward.py on CUDA,
 #              batch_throughput.py with 2 jobs and with one a core
 # The exit status is 1 when a step that must hold did not (a benchmark's
 # figures are only reported).
@@ -68,13 +68,14 @@ bench_started=$SECONDS
 timeout 150 python bench/grade_course.py --runs 3 --chapters >"$logs/bench_grade_cpu.log" 2>&1
 timeout 90 python bench/grade_course.py --runs 3 --device cuda >"$logs/bench_grade_cuda.log" 2>&1
 timeout 60 python bench/flash_attention.py --device cuda >"$logs/bench_flash.log" 2>&1
+timeout 60 python bench/flash_backward.py --device cuda --length 4096 >"$logs/bench_flash_backward.log" 2>&1
 timeout 90 python bench/batch_throughput.py --students 24 --runs 1 --jobs 2 >"$logs/bench_batch_2.log" 2>&1
 timeout 60 python bench/batch_throughput.py --students 24 --runs 1 --jobs "$cores" >"$logs/bench_batch_all.log" 2>&1
 rows+=("$(printf '%-8s %-20s %5d s  %s' bench "figures below" $((SECONDS - bench_started)) "")")
 
 echo "device_check on $cuda, $cores cores, torch $torch_version"
 printf '%s\n' "${rows[@]}"
-for log in bench_grade_cpu bench_grade_cuda bench_flash bench_batch_2 bench_batch_all; do
+for log in bench_grade_cpu bench_grade_cuda bench_flash bench_flash_backward bench_batch_2 bench_batch_all; do
   echo "-- $log"
   grep -v '^\s*$' "$logs/$log.log" | tail -n 14
 done
