@@ -30,7 +30,7 @@ Conventions used in every exercise of this chapter:
   names, hold whatever was there before (stale numbers, never zeros):
   never read them.
 * The free list ``free_blocks`` ``(F,)`` int64 is a stack, as in vLLM's
-  first block allocator: a block is taken from its end (``pop()``), and a
+  early block allocator: a block is taken from its end (``pop()``), and a
   freed block is pushed back onto its end (``append``), so the block freed
   last is the first one reused.
 * Devices: every tensor comes on the CPU or on a GPU; make any new tensor

@@ -1,6 +1,6 @@
 """Chapter 11 in the style of vLLM.
 
-The style of a student who read vLLM: the block allocator of its first
+The style of a student who read vLLM: the block allocator of its early
 ``block_manager.py`` (a Python list of free blocks, ``pop()`` to allocate,
 ``ValueError("Out of memory! ...")`` when empty); the scheduler's
 ``append_slots`` (a new block only when the last one is full) and the model
