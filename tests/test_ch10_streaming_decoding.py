@@ -152,6 +152,20 @@ def test_memory_that_grows_with_the_tokens_decoded_fails_the_budget(grade_source
                             "kernel counts it: nothing grows with the tokens decoded"], failed
 
 
+def test_a_buffer_that_grows_is_told_it_never_grows(grade_source):
+    # Chapter 4's habit: append with torch.cat. The values of one step can be right,
+    # but the returned buffer is one slot longer each time.
+    source = replace_function(SOLUTION, "rolling_cache_append", '''
+def rolling_cache_append(k_cache, v_cache, k_new, v_new, count, sinks=0):
+    return torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+''')
+    report = grade_source(source, chapter="ch10", only={"rolling_cache_append"})
+    result = result_of(report, "rolling_cache_append")
+    assert result.status == "failed"
+    messages = " ".join(_failed(result).values())
+    assert "(it never grows)" in messages and "has shape (1, 2, 7, 3), expected (1, 2, 6, 3)" in messages
+
+
 # -- what the whole-course tests take from this chapter (tests/conftest.py's chapter_tests) --
 
 
