@@ -807,24 +807,27 @@ def _follows(shares: torch.Tensor, probabilities: torch.Tensor) -> bool:
     return not bool(removed_drawn.any()) and bool(((shares - probabilities).abs() <= _allowed(probabilities)).all())
 
 
-def _sampling_misreading(shares, logits, temperature, top_k, top_p) -> str | None:
+def _misreadings(logits, temperature, top_k, top_p) -> list[tuple[str, torch.Tensor]]:
+    """``(known bug, (2, V) distribution)`` for each misreading of the filters this case can
+    tell from the right one. Asked on every run, failed or not: the student edition answers
+    only the oracle calls that grading the reference made."""
+    rows = logits[:2]
+    asked = [("temperature-multiplied", (rows, 1 / temperature, top_k, top_p), {}),
+             ("greedy", (rows, 1.0, 1, None), {})]
+    if top_k is not None and top_k > 1:
+        asked.append(("top-k-keeps-one-too-few", (rows, temperature, top_k - 1, top_p), {}))
+    if top_p is not None:
+        asked.append(("top-p-drops-the-crossing-token", (rows, temperature, top_k, top_p), {"crossing_kept": False}))
+    right = oracles.sampling_distribution(rows, temperature, top_k, top_p)
+    found = [(name, oracles.sampling_distribution(*args, **kwargs)) for name, args, kwargs in asked]
+    return [(name, wrong) for name, wrong in found if not _follows(wrong, right)]
+
+
+def _sampling_misreading(shares, misreadings) -> str | None:
     """The hint of the known bug whose distribution the draws follow instead, judged from
     the shares alone: a sampler written otherwise than the reference draws other tokens
     than the bug made in the reference, from the same distribution."""
-    rows = logits[:2]
-    misreadings = [("temperature-multiplied", (rows, 1 / temperature, top_k, top_p), {}),
-                   ("greedy", (rows, 1.0, 1, None), {})]
-    if top_k is not None and top_k > 1:
-        misreadings.append(("top-k-keeps-one-too-few", (rows, temperature, top_k - 1, top_p), {}))
-    if top_p is not None:
-        misreadings.append(("top-p-drops-the-crossing-token", (rows, temperature, top_k, top_p),
-                            {"crossing_kept": False}))
-    right = oracles.sampling_distribution(rows, temperature, top_k, top_p)
-    for name, args, kwargs in misreadings:
-        wrong = oracles.sampling_distribution(*args, **kwargs)
-        if not _follows(wrong, right) and _follows(shares, wrong):
-            return SAMPLING_HINTS[name]
-    return None
+    return next((SAMPLING_HINTS[name] for name, wrong in misreadings if _follows(shares, wrong)), None)
 
 
 def _drawn(got, call: str, vocab_size: int, hint: str | None = None) -> torch.Tensor:
@@ -847,9 +850,10 @@ def test_sampling_draws_from_the_filtered_softmax(submission, bugs, inputs, case
     tokens = _drawn(got, call, len(LOGITS), matching_hint(got, lookalikes))
     shares = _shares(tokens, len(LOGITS))
     expected = oracles.sampling_distribution(logits[:2], temperature, top_k, top_p)  # (2, V)
+    misreadings = _misreadings(logits, temperature, top_k, top_p)
     if _follows(shares, expected):
         return
-    hint = matching_hint(got, lookalikes) or _sampling_misreading(shares, logits, temperature, top_k, top_p)
+    hint = matching_hint(got, lookalikes) or _sampling_misreading(shares, misreadings)
     off = (shares - expected).abs() - _allowed(expected)  # (2, V)
     off = off.masked_fill((expected == 0) & (shares > 0), float("inf"))
     row, token = divmod(int(off.argmax()), len(LOGITS))
