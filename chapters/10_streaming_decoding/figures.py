@@ -4,9 +4,9 @@
   sinks (``sliding_window_mask(11, 11, 4, 2)``): which keys each token sees,
   the sinks in orange, the window in blue.
 * ``rolling_buffer.svg``: the buffer of 6 slots (2 sinks, a window of 4)
-  after tokens 0..10: which token each slot holds, where the next one goes,
-  and the position each key gets within the cache (StreamingLLM) next to
-  its position in the text.
+  after tokens 0..10: which token each slot holds (its position in the
+  text), the position each key gets within the cache (StreamingLLM), and
+  where the next token goes.
 
 Both are computed from fixed numbers with plain integers (no randomness, no
 torch), so the build writes the same bytes on every machine; the rule is the
@@ -92,9 +92,8 @@ def rolling_buffer_svg(count: int = 11, capacity: int = 6, sinks: int = 2) -> st
     for slot in range(capacity):
         parts.append(text(left + slot * CELL + CELL / 2, top - 10, f"slot {slot}"))
     rows = [
-        ("token held", [str(token) for token in held]),
-        ("text position", [str(token) for token in held]),
-        ("cache position", [str(position) for position in positions]),
+        ("token held (text position)", [str(token) for token in held]),
+        ("position within the cache", [str(position) for position in positions]),
     ]
     for r, (label, values) in enumerate(rows):
         y = top + r * (CELL + 10)
@@ -107,8 +106,8 @@ def rolling_buffer_svg(count: int = 11, capacity: int = 6, sinks: int = 2) -> st
             else:
                 parts.append(f"<rect x='{x:g}' y='{y:g}' width='{CELL}' height='{CELL}' fill='white' "
                              f"stroke='#bbbbbb'/>")
-            parts.append(text(x + CELL / 2, y + CELL / 2 + 4, value, bold=r == 2))
-    bottom = top + 3 * (CELL + 10) + 14
+            parts.append(text(x + CELL / 2, y + CELL / 2 + 4, value, bold=r == 1))
+    bottom = top + len(rows) * (CELL + 10) + 14
     notes = [
         f"RoPE rotates each held key by its cache position (the {capacity} tokens in text order get "
         f"0..{capacity - 1}),",
