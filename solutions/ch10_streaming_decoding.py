@@ -197,7 +197,8 @@ def streaming_attention_step(
         angles = at[:, None].float() * frequencies.float()  # (n, d/2), float32 as chapter 5
         cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
         even, odd = t.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, n, d/2) each
-        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+        turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (B, H, n, d/2, 2)
+        return turned.flatten(-2)  # (B, H, n, d): the pairs side by side again
 
     k_cache, v_cache = rolling_cache_append(k_cache, v_cache, k, v, count, sinks)  # unrotated keys
     keys, q = rotate(k_cache, positions), rotate(q, query_at)  # rotated copies, at cache positions

@@ -11,8 +11,15 @@ wrong versions here are written differently.)"""
 import importlib.util
 
 import torch
+from conftest import (
+    Draw,
+    replace_function,
+    result_of,
+    solution_source,
+    statuses,
+    stub_source,
+)
 
-from conftest import Draw, replace_function, result_of, solution_source, statuses, stub_source
 from grader.catalog import COURSE_ROOT, find_chapter
 
 CH10 = find_chapter("ch10")
@@ -148,8 +155,8 @@ def test_memory_that_grows_with_the_tokens_decoded_fails_the_budget(grade_source
     result = result_of(report, "streaming_attention_step")
     assert result.status == "failed"
     failed = _failed(result)
-    assert list(failed) == ["a step at token 10^9 + 7 with an 8-slot buffer needs no more than 16 MiB, as the "
-                            "kernel counts it: nothing grows with the tokens decoded"], failed
+    assert list(failed) == [("a step at token 10^9 + 7 with an 8-slot buffer needs no more than 16 MiB, as the "
+                             "kernel counts it: nothing grows with the tokens decoded")], failed
 
 
 def test_a_buffer_that_grows_is_told_it_never_grows(grade_source):

@@ -109,11 +109,11 @@ def rolling_buffer_svg(count: int = 11, capacity: int = 6, sinks: int = 2) -> st
             parts.append(text(x + CELL / 2, y + CELL / 2 + 4, value, bold=r == 1))
     bottom = top + len(rows) * (CELL + 10) + 14
     notes = [
-        f"RoPE rotates each held key by its cache position (the {capacity} tokens in text order get "
-        f"0..{capacity - 1}),",
+        (f"RoPE rotates each held key by its cache position (the {capacity} tokens in text order get "
+         f"0..{capacity - 1}),"),
         f"and the query, token {count - 1}, by {capacity - 1}: StreamingLLM's positions, not the text's.",
-        f"The next token, {count}, goes to slot {sinks + (count - sinks) % (capacity - sinks)} and replaces "
-        f"token {count - (capacity - sinks)}, the oldest of the window.",
+        (f"The next token, {count}, goes to slot {sinks + (count - sinks) % (capacity - sinks)} and replaces "
+         f"token {count - (capacity - sinks)}, the oldest of the window."),
     ]
     for n, line in enumerate(notes):
         parts.append(text(24, bottom + 14 + n * 18, line, anchor="start", colour=TEXT))

@@ -29,8 +29,23 @@ alone) and a matching one's hint goes with the failure.
 import pytest
 import torch
 
-from grader.checks import Oracles, case_ids, exercise, portability_check, portable, run, run_within
-from grader.compare import CheckFailure, describe, expect_close, expect_like, fail, matching_hint, unpack
+from grader.checks import (
+    Oracles,
+    case_ids,
+    exercise,
+    portability_check,
+    portable,
+    run,
+    run_within,
+)
+from grader.compare import (
+    CheckFailure,
+    describe,
+    expect_close,
+    expect_like,
+    fail,
+    unpack,
+)
 from grader.outcomes import Failure
 
 # The mask entry by entry, the buffer by replaying its evictions, decoding
@@ -191,7 +206,7 @@ def test_rolling_cache_append_replaces_the_oldest_token(submission, bugs, inputs
 def _tokens_held(buffer: torch.Tensor) -> list:
     """The token numbers a buffer of numbered keys holds, slot by slot (None: no token's)."""
     values = buffer[0, 0, :, 0].tolist()
-    return [int(round(value)) - 1 if value >= 0.5 and abs(value - round(value)) < 1e-3 else None
+    return [round(value) - 1 if value >= 0.5 and abs(value - round(value)) < 1e-3 else None
             for value in values]
 
 
