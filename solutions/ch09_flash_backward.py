@@ -188,9 +188,10 @@ class FlashAttentionFunction(torch.autograd.Function):
     ``FlashAttentionFunction.apply(q, k, v, causal, block_size)`` returns
     attention's output; autograd then calls ``backward`` with the gradient of
     the loss with respect to that output. Use your two functions above.
-    ``flash_attention`` and ``flash_attention_gradients``, below the class,
-    are given: the first is how a model calls it, the second how the grader
-    trains through it.
+    ``flash_attention``, ``flash_attention_gradients`` and
+    ``saved_for_backward``, below the class, are given: how a model calls
+    it, how the grader trains through it, and what the grader reads of what
+    it saves.
     """
 
     @staticmethod
@@ -273,3 +274,32 @@ def flash_attention_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out = flash_attention(q, k, v, causal, block_size)
     grads = torch.autograd.grad((out * grad_out).sum(), (q, k, v), allow_unused=True)
     return (out.detach(), *grads)
+
+
+def saved_for_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                       block_size: int = 64) -> list[tuple[int, ...]]:
+    """The shapes of the tensors ``flash_attention`` keeps for backward (given).
+
+    Autograd's ``saved_tensors_hooks`` see each tensor saved while the
+    forward pass runs: those given to ``ctx.save_for_backward`` (the
+    operations inside ``forward`` run with gradient tracking off and save
+    nothing). The grader's note on what your class saves reads them.
+
+    Args:
+        q, k, v: ``(..., L, d)``, ``(..., S, d)``, ``(..., S, d_v)``.
+        causal: bottom-right causal mask.
+        block_size: keys per block.
+
+    Returns:
+        One shape a saved tensor, in the order they were saved.
+    """
+    shapes = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        shapes.append(tuple(tensor.shape))
+        return tensor
+
+    q, k, v = (tensor.detach().requires_grad_(True) for tensor in (q, k, v))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        flash_attention(q, k, v, causal, block_size)
+    return shapes

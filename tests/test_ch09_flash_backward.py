@@ -1,6 +1,7 @@
 """Chapter 9 (the backward pass of tiled attention): the reference scores full marks and the
 stub zero; what the reference's FlashAttentionFunction saves for backward is q, k, v, out
-and lse and nothing else (saved_tensors_hooks); each correct style's class trains as the
+and lse and nothing else (saved_tensors_hooks), and an (L, S) tensor saved is noted with
+its shape; each correct style's class trains as the
 reference's does (the whole-course corpus test cannot call a torch.autograd.Function);
 weights saved by forward, and backward by autograd through whole attention, get the right
 numbers and fail the memory checks alone, each with its own hint, which for the class names
@@ -190,3 +191,16 @@ def test_the_lessons_worked_example_is_the_reference():
     text = re.sub(r"−", "-", lesson)
     missing = [number for number in shown if number not in text]
     assert not missing, f"numbers of the worked example missing from the lesson: {missing}"
+
+
+def test_weights_given_to_save_for_backward_are_noted_with_their_shape(grade_source):
+    """The note reads the worker's own saved_tensors_hooks: an (L, S) tensor among the saved
+    ones is named with the hint of the weights kept for backward (the memory check fails it)."""
+    source = SOLUTION.replace(
+        "ctx.save_for_backward(q, k, v, out, lse)",
+        "ctx.save_for_backward(q, k, v, out, lse, torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"
+        " - lse[..., None]))").replace("q, k, v, out, lse = ctx.saved_tensors", "q, k, v, out, lse, _ = ctx.saved_tensors")
+    report = grade_source(source, chapter="ch09", only={"FlashAttentionFunction"})
+    notes = [check for check in result_of(report, "FlashAttentionFunction").checks if check.note]
+    assert len(notes) == 1 and "(2, 6, 10)" in notes[0].note and SAVED_WEIGHTS_HINT in notes[0].note
+    assert result_of(report, "FlashAttentionFunction").failed_checks[0].hint == SAVED_WEIGHTS_HINT

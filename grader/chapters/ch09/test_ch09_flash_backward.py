@@ -37,7 +37,7 @@ import torch
 from grader.chapters.ch09.bugs import BUGS
 from grader.checks import (Oracles, case_ids, exercise, expect_portable, portability, portability_check, portable, run,
                            run_within)
-from grader.compare import CheckFailure, expect_close, fail, unpack
+from grader.compare import CheckFailure, expect_close, fail, note, unpack
 from grader.outcomes import Failure
 
 # PyTorch's attention, its log-sum-exp and its gradients by autograd (oracles.py).
@@ -200,6 +200,26 @@ def test_function_matches_reference(submission, reference, bugs, inputs, case):
     got, call = run(submission, "flash_attention_gradients", q, k, v, grad_out, causal, block_size)
     _expect_parts(got, call, reference.flash_attention_gradients(q, k, v, grad_out, causal, block_size),
                   ("out", "dq", "dk", "dv"), bugs.flash_attention_gradients(q, k, v, grad_out, causal, block_size))
+
+
+@exercise("FlashAttentionFunction")
+def test_function_saves_q_k_v_out_and_lse(submission, inputs):
+    """saves q, k, v, out and lse with ctx.save_for_backward (a note, from your process's own saved_tensors_hooks: it costs no point)"""
+    q, k, v, _ = _inputs(inputs, CASES[1], torch.float32)
+    got, call = run(submission, "saved_for_backward", q, k, v, True, 4)
+    length, keys = q.shape[-2], k.shape[-2]
+    expected = [tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(q.shape), tuple(q.shape[:-1])]
+    if not isinstance(got, (list, tuple)) or not all(isinstance(shape, tuple) for shape in got):
+        return  # the given function changed: nothing to read
+    if sorted(got) == sorted(expected):
+        return
+    listed = ", ".join(str(shape) for shape in got) or "nothing"
+    whole = [shape for shape in got if tuple(shape[-2:]) == (length, keys)]
+    if whole:
+        note(f"{call}: forward saved {len(got)} tensors for backward ({listed}), among them an (L, S) one "
+             f"{whole[0]}: the memory check counts it", hint=SAVED_WEIGHTS_HINT)
+    note(f"{call}: forward saved {len(got)} tensors for backward ({listed}); q, k, v, out and lse are "
+         f"{', '.join(str(shape) for shape in expected)}", moot_if_failed=True)
 
 
 # -- memory, as the kernel counts it -------------------------------------------------------
