@@ -178,8 +178,14 @@ def test_backward_matches_reference(submission, reference, bugs, inputs, case):
 # -- FlashAttentionFunction ----------------------------------------------------------------
 
 
+# The class wires the two functions together: the cases that tell its mistakes apart (causal
+# and not, L = S for gradients in each other's place, L != S, queries that see no key, blocks
+# of 1 and of more than S), fewer than its parts'.
+FUNCTION_CASES = [CASES[1], CASES[2], CASES[3], CASES[5], CASES[7]]
+
+
 @exercise("FlashAttentionFunction")
-@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+@pytest.mark.parametrize("case", FUNCTION_CASES, ids=case_ids(FUNCTION_CASES))
 def test_function_trains_like_pytorch_attention(submission, bugs, inputs, case):
     """through FlashAttentionFunction.apply and autograd, gives F.scaled_dot_product_attention's output and gradients (float64)"""
     q, k, v, grad_out = _inputs(inputs, case)
