@@ -64,12 +64,12 @@ def paged_kv_cache_svg() -> str:
     # The block tables, one row a sequence, each entry joined to its block.
     for row, (name, (table, length, colour)) in enumerate(SEQUENCES.items()):
         top = 110 + row * 130
-        body.append(text(20, top - 12, f"{name}: {length} tokens, table {table}",
+        body.append(text(20, top - 26, f"{name}: {length} tokens, table {table}",
                          anchor="start", size=12, bold=True))
         for logical, block in enumerate(table):
             x = 40 + logical * (SLOT_W + 30)
             body.append(_slot_box(x, top, str(block), colour, True))
-            body.append(text(x + SLOT_W / 2, top + SLOT_H + 14, f"logical {logical}", colour=MUTED, size=10))
+            body.append(text(x + SLOT_W / 2, top - 5, f"logical {logical}", colour=MUTED, size=10))
             body.append(line(x + SLOT_W, top + SLOT_H / 2, POOL_LEFT - 60, _block_y(block) + SLOT_H / 2,
                              colour, width=1.5))
     # The free stack, read left to right, its top last.
