@@ -90,17 +90,17 @@ def main() -> None:
           f"torch {torch.__version__}")
     print(f"{'causal':>6} {'implementation':>14} {'ms':>9} {'vs sdpa':>8} {'peak MiB':>9}")
     for causal in (False, True):
-        implementations = {
-            "naive": lambda q, k, v: naive_attention(q, k, v, causal),
-            "chapter 9": lambda q, k, v: flash(q, k, v, causal, args.block),
-            "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        implementations = {  # each run within this iteration: causal bound as a default all the same
+            "naive": lambda q, k, v, causal=causal: naive_attention(q, k, v, causal),
+            "chapter 9": lambda q, k, v, causal=causal: flash(q, k, v, causal, args.block),
+            "sdpa": lambda q, k, v, causal=causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
         }
         results = {name: step_seconds(attention, q, k, v, grad_out, args.device, args.runs)
                    for name, attention in implementations.items()}
         baseline = results["sdpa"][0]
         for name, (seconds, peak) in results.items():
             peak_text = f"{peak / 2**20:9.1f}" if args.device == "cuda" else f"{'-':>9}"
-            print(f"{str(causal):>6} {name:>14} {seconds * 1e3:9.1f} {seconds / baseline:8.1f} {peak_text}")
+            print(f"{causal!s:>6} {name:>14} {seconds * 1e3:9.1f} {seconds / baseline:8.1f} {peak_text}")
 
 
 if __name__ == "__main__":

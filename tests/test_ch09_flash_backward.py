@@ -14,11 +14,15 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import Draw, result_of, solution_source, statuses, stub_source
+
 from grader.catalog import COURSE_ROOT, find_chapter
-from grader.chapters.ch09.test_ch09_flash_backward import (BACKWARD_MATRIX_HINT, BACKWARD_MEMORY_HINT,
-                                                           FORWARD_MEMORY_HINT, SAVED_WEIGHTS_HINT)
+from grader.chapters.ch09.test_ch09_flash_backward import (
+    BACKWARD_MATRIX_HINT,
+    BACKWARD_MEMORY_HINT,
+    FORWARD_MEMORY_HINT,
+    SAVED_WEIGHTS_HINT,
+)
 from grader.isolation import BUDGET_COUNTED
 from grader.known_bugs import KNOWN_BUGS, apply_bug
 

@@ -3,7 +3,7 @@
 Each "try" cell runs right after the exercise it is named for, on the lesson's
 small examples, and prints what a correct answer gives in a trailing comment.
 """
-# ruff: noqa: F821, E402  (names come from the notebook's exercise cells; the cells import)
+# ruff: noqa: F821  (names come from the notebook's exercise cells; the cells import)
 
 # %% try flash_attention_forward
 import torch.nn.functional as F

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["attention_with_lse", "attention_gradients", "bottom_right_mask"]
+__all__ = ["attention_gradients", "attention_with_lse", "bottom_right_mask"]
 
 
 def bottom_right_mask(num_queries, num_keys):

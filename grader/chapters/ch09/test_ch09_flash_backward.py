@@ -35,8 +35,17 @@ import pytest
 import torch
 
 from grader.chapters.ch09.bugs import BUGS
-from grader.checks import (Oracles, case_ids, exercise, expect_portable, portability, portability_check, portable, run,
-                           run_within)
+from grader.checks import (
+    Oracles,
+    case_ids,
+    exercise,
+    expect_portable,
+    portability,
+    portability_check,
+    portable,
+    run,
+    run_within,
+)
 from grader.compare import CheckFailure, expect_close, fail, note, unpack
 from grader.outcomes import Failure
 
