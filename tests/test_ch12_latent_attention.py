@@ -1,7 +1,8 @@
 """Chapter 12 (multi-head latent attention): the reference scores full marks and the stub
 zero; the reference is the paper's MLA (its absorbed decode equals its naive form, its
 cache is d_c + d_R numbers a token); a decode that up-projects every cached latent, the
-non-absorbed form, still passes (the checks judge values, and say so); a decode that
+non-absorbed form, still passes (the checks judge values), with a note from the worker's
+measure that names its largest tensor; a decode that
 caches per-head keys fails the cache check, which names it; and the lesson's numbers are
 the reference's."""
 
@@ -115,9 +116,15 @@ def absorbed_decode(module, x, cache=None):
 '''
 
 
-def test_a_decode_that_up_projects_the_cache_passes(grade_source):
+def test_a_decode_that_up_projects_the_cache_passes_with_a_note(grade_source):
     report = grade_source(replace_function(SOLUTION, "absorbed_decode", NOT_ABSORBED), chapter="ch12")
     assert report.passed, [(r.exercise.name, r.reason) for r in report.exercises if r.status != "passed"]
+    assert "made a (1, 8, 256, 20) tensor" in result_of(report, "absorbed_decode").note  # [k_C; k_R] of every token
+    assert "never up-projecting a cached latent" in result_of(report, "absorbed_decode").note
+
+
+def test_the_absorbed_decode_gets_no_note(grade_source):
+    assert not result_of(grade_source(SOLUTION, chapter="ch12"), "absorbed_decode").note
 
 
 def test_a_decode_that_caches_per_head_keys_is_told_so(grade_source):

@@ -52,6 +52,7 @@ from grader.compare import (
     fail,
     matches,
     matching_hint,
+    note,
     shape_text,
     unpack,
 )
@@ -287,6 +288,33 @@ def test_decode_token_by_token_gives_every_row(submission, inputs):
         # student edition cannot have recorded the bugs' answers for (the other checks name them).
         expect_close(output, expected[:, step:step + 1], where,
                      reference=f"row {step} of MLA on the whole sequence (PyTorch's attention)")
+
+
+# A long cache, and latents half a head wide: every cached token's keys for every head,
+# (B, T, H * d_h), hold twice the numbers of the latents broadcast to every head,
+# (B, H, T, d_c), the largest tensor an absorbed decode may make.
+LONG_PAST, LONG_DIMS = 255, (32, 8, 16, 4, 8, 16)  # D, H, d_h, d_R, d_c, d_c'
+
+
+@exercise("absorbed_decode")
+def test_decode_never_up_projects_the_cache(submission, inputs):
+    """never makes every cached token's keys or values for every head (a note, from the worker's own measure: it costs no point)"""
+    x = inputs.randn(1, LONG_PAST + 1, LONG_DIMS[0])
+    state = _state(inputs, *LONG_DIMS)
+    recipe = _recipe(state, LONG_DIMS, passed_to="absorbed_decode")
+    args = (x[:, LONG_PAST:], oracles.latent_cache(state, x[:, :LONG_PAST]))
+    (got, footprint) = submission.call("MultiHeadLatentAttention", args, {}, module=recipe, measure=True)
+    call = submission.call_text("MultiHeadLatentAttention", args, {}, module=recipe)
+    output, _ = unpack(got, ("output", "cache"), call)
+    expect_close(output, oracles.mla(state, x)[:, LONG_PAST:], f"output of {call}",
+                 reference=f"the last row of MLA on all {LONG_PAST + 1} tokens")
+    largest = footprint.largest
+    _, heads, head_dim, _, _, _ = LONG_DIMS
+    if largest.numel >= (LONG_PAST + 1) * heads * head_dim:
+        where = f" at {submission.submission.where(largest.line)}" if largest.line else ""
+        note(f"{call} made a {shape_text(largest.shape)} tensor{where}, as large as the keys (or values) of "
+             f"all {LONG_PAST + 1} tokens for all {heads} heads: the absorbed decode scores the latents with "
+             f"q_C W_UK_h and sums them before W_UV_h, never up-projecting a cached latent", moot_if_failed=True)
 
 
 @exercise("absorbed_decode")
