@@ -455,44 +455,101 @@ CHAPTERS: tuple[Chapter, ...] = (
         number=9,
         slug="flash_backward",
         title="The backward pass of tiled attention",
-        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        # The chapter writes attention's output and gradients block by block, as
+        # chapter 7 wrote its output: torch.softmax and F.scaled_dot_product_attention
+        # (whose autograd would give the gradients) are refused, kernels included.
+        # FlashAttentionFunction is graded through the given flash_attention_gradients,
+        # which runs its forward and, by autograd, its backward.
         exercises=(
-            Exercise("flash_attention_forward", "TODO: a few words for tables", 1),
-            Exercise("flash_attention_backward", "TODO: a few words for tables", 1),
-            Exercise("FlashAttentionFunction", "TODO: a few words for tables", 1),
+            Exercise(
+                "flash_attention_forward",
+                "tiled attention's output and log-sum-exp",
+                2,
+                forbidden=SOFTMAX_CALLS + ATTENTION_CALLS,
+            ),
+            Exercise(
+                "flash_attention_backward",
+                "dq, dk, dv block by block, P rebuilt from lse",
+                4,
+                forbidden=SOFTMAX_CALLS + ATTENTION_CALLS,
+            ),
+            Exercise(
+                "FlashAttentionFunction",
+                "an autograd.Function saving q, k, v, out, lse",
+                3,
+                forbidden=SOFTMAX_CALLS + ATTENTION_CALLS,
+                uses=("flash_attention_forward", "flash_attention_backward"),
+            ),
         ),
     ),
     Chapter(
         number=10,
         slug="streaming_decoding",
         title="Bounded-memory decoding: sliding windows, a rolling cache, attention sinks",
-        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        # Masks and buffers are plain tensor code; the attention step may call
+        # torch.softmax and F.scaled_dot_product_attention (earned in chapters 1
+        # and 2), but not the library's whole multi-head attention.
         exercises=(
-            Exercise("sliding_window_mask", "TODO: a few words for tables", 1),
-            Exercise("rolling_cache_append", "TODO: a few words for tables", 1),
-            Exercise("streaming_attention_step", "TODO: a few words for tables", 1),
+            Exercise("sliding_window_mask", "causal window of W keys plus sinks, bottom-right", 2),
+            Exercise("rolling_cache_append", "token t into a fixed buffer: sinks kept, the rest a ring", 2),
+            Exercise(
+                "streaming_attention_step",
+                "one decode step: append, RoPE at cache positions, attend to held slots",
+                4,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("rolling_cache_append",),
+            ),
         ),
     ),
     Chapter(
         number=11,
         slug="paged_kv_cache",
         title="A paged KV cache",
-        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        # The chapter writes the bookkeeping of vLLM's PagedAttention (Kwon et
+        # al. 2023): a free stack, block tables, and attention through them.
+        # torch.softmax and F.scaled_dot_product_attention stay allowed, as from
+        # chapter 2 on: the exercise is finding each sequence's keys, not the
+        # softmax. append_to_pages builds on allocate_blocks.
         exercises=(
-            Exercise("BlockAllocator", "TODO: a few words for tables", 1),
-            Exercise("append_to_pages", "TODO: a few words for tables", 1),
-            Exercise("paged_attention", "TODO: a few words for tables", 1),
+            Exercise("allocate_blocks", "take blocks off the free stack, the top first, or refuse", 2),
+            Exercise(
+                "append_to_pages",
+                "one token a sequence into its pages, a new block only when the last is full",
+                3,
+                uses=("allocate_blocks",),
+            ),
+            Exercise(
+                "paged_attention",
+                "one query a sequence over its pages, through its block table",
+                3,
+                forbidden=MULTI_HEAD_CALLS,
+            ),
         ),
     ),
     Chapter(
         number=12,
         slug="latent_attention",
         title="Multi-head latent attention",
-        # TODO: what the chapter forbids (Exercise.forbidden) and why, if anything.
+        # The attention is the student's, as from chapter 3 on: torch.softmax and
+        # F.scaled_dot_product_attention stay allowed (the decode's absorbed scores
+        # are the student's either way), nn.MultiheadAttention is not.
+        # absorbed_decode is handed the student's own module (ModuleCall's
+        # passed_to) and reads its weights by their names.
         exercises=(
-            Exercise("MultiHeadLatentAttention", "TODO: a few words for tables", 1),
-            Exercise("absorbed_decode", "TODO: a few words for tables", 1),
-            Exercise("latent_cache_bytes", "TODO: a few words for tables", 1),
+            Exercise(
+                "MultiHeadLatentAttention",
+                "nn.Module: latent K/V, decoupled RoPE key shared by the heads, causal",
+                4,
+                forbidden=MULTI_HEAD_CALLS,
+            ),
+            Exercise(
+                "absorbed_decode",
+                "one decode step over the latent cache, W_UK and W_UV absorbed",
+                4,
+                forbidden=MULTI_HEAD_CALLS,
+                uses=("MultiHeadLatentAttention",),
+            ),
+            Exercise("latent_cache_bytes", "bytes of the latent + rope-key cache", 1),
         ),
     ),
 )
