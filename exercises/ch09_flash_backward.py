@@ -141,9 +141,11 @@ class FlashAttentionFunction(torch.autograd.Function):
     attention's output; autograd then calls ``backward`` with the gradient of
     the loss with respect to that output. Use your two functions above.
     ``flash_attention``, ``flash_attention_gradients`` and
-    ``saved_for_backward``, below the class, are given: how a model calls
-    it, how the grader trains through it, and what the grader reads of what
-    it saves.
+    ``saved_for_backward``, below the class, are given: how a model (and
+    the grader) calls it, one training step through it, and what the
+    grader reads of what it saves. The grader backpropagates through
+    ``flash_attention``'s output with its own autograd call: the points
+    come from your class, whatever the given functions are made to do.
     """
 
     @staticmethod
@@ -201,9 +203,11 @@ def flash_attention_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               causal: bool = False, block_size: int = 64):
     """One training step's attention (given): ``flash_attention`` forward, then backward from ``grad_out``.
 
-    What the grader calls: ``FlashAttentionFunction.forward`` runs, then
-    autograd runs its ``backward`` for the loss ``sum(out * grad_out)``, whose
-    gradient with respect to ``out`` is ``grad_out``.
+    ``FlashAttentionFunction.forward`` runs, then autograd runs its
+    ``backward`` for the loss ``sum(out * grad_out)``, whose gradient with
+    respect to ``out`` is ``grad_out``. The grader calls it, and also calls
+    ``flash_attention`` and backpropagates ``grad_out`` through its output
+    itself, in the same way.
 
     Args:
         q, k, v: ``(..., L, d)``, ``(..., S, d)``, ``(..., S, d_v)``.

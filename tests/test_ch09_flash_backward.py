@@ -5,7 +5,10 @@ its shape; each correct style's class trains as the
 reference's does (the whole-course corpus test cannot call a torch.autograd.Function);
 weights saved by forward, and backward by autograd through whole attention, get the right
 numbers and fail the memory checks alone, each with its own hint, which for the class names
-the pass that made the (L, S) tensor; and the lesson's numbers are the reference's."""
+the pass that made the (L, S) tensor; a submission that skips the class by rewriting the
+given flash_attention_gradients (and flash_attention) earns none of the class's points,
+which the reference and each correct style earn through the given flash_attention and the
+worker harness's own backward call; and the lesson's numbers are the reference's."""
 
 import importlib.util
 import math
@@ -18,6 +21,7 @@ from conftest import Draw, result_of, solution_source, statuses, stub_source
 
 from grader.catalog import COURSE_ROOT, find_chapter
 from grader.chapters.ch09.test_ch09_flash_backward import (
+    AUTOGRAD_THROUGH_BLOCKS_HINT,
     BACKWARD_MATRIX_HINT,
     BACKWARD_MEMORY_HINT,
     FORWARD_MEMORY_HINT,
@@ -127,14 +131,24 @@ def _memory_failures(report, exercise: str) -> dict[str, tuple[str, str]]:
     return {check.check: (check.message, check.hint) for check in result_of(report, exercise).failed_checks}
 
 
+# The class's two memory checks: through the given flash_attention_gradients, and through
+# the given flash_attention backpropagated by the grader's own autograd call.
+GIVEN_HELPER_MEMORY = "saves only q, k, v, out and lse for backward"
+OWN_BACKWARD_MEMORY = "through the given flash_attention, backpropagated by the grader's own autograd call: forward"
+OWN_BACKWARD_VALUES = "through the given flash_attention, backpropagated by the grader's own autograd call (not"
+
+
 @pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
-def test_weights_saved_for_backward_fail_the_class_memory_check_alone(grade_source):
+def test_weights_saved_for_backward_fail_the_class_memory_checks_alone(grade_source):
     report = grade_source(apply_bug(SOLUTION, _bug("saves-the-weights")), chapter="ch09")
     assert statuses(report) == {"flash_attention_forward": "passed", "flash_attention_backward": "passed",
                                 "FlashAttentionFunction": "failed"}
-    ((title, (message, hint)),) = _memory_failures(report, "FlashAttentionFunction").items()
-    assert title.startswith("saves only q, k, v, out and lse for backward")
-    assert "(1, 1024, 4096)" in message and hint == SAVED_WEIGHTS_HINT
+    failed = _memory_failures(report, "FlashAttentionFunction")
+    assert sorted(title[:len(GIVEN_HELPER_MEMORY)] for title in failed) == sorted(
+        [GIVEN_HELPER_MEMORY, OWN_BACKWARD_MEMORY[:len(GIVEN_HELPER_MEMORY)]])
+    assert [hint for _, hint in failed.values()] == [SAVED_WEIGHTS_HINT] * 2
+    given = next(message for title, (message, _) in failed.items() if title.startswith(GIVEN_HELPER_MEMORY))
+    assert "(1, 1024, 4096)" in given
 
 
 @pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
@@ -147,14 +161,97 @@ def test_autograd_through_whole_attention_fails_memory_and_the_class_says_backwa
     # Its other failures: queries that see no key (L9-S6, causal), NaN from a softmax over no key.
     assert all("L9-S6" in title for title in failed if "MiB of memory" not in title)
     failed = _memory_failures(report, "FlashAttentionFunction")
-    assert [hint for title, (_, hint) in failed.items() if "L9-S6" not in title] == [BACKWARD_MATRIX_HINT]
+    assert [hint for title, (_, hint) in failed.items() if "L9-S6" not in title] == [BACKWARD_MATRIX_HINT] * 2
 
 
 @pytest.mark.skipif(not BUDGET_COUNTED, reason="memory is counted by the kernel on Linux only")
 def test_a_whole_score_matrix_in_forward_is_named_in_the_class_check_too(grade_source):
     report = grade_source(apply_bug(SOLUTION, _bug("whole-score-matrix")), chapter="ch09")
     assert [hint for _, hint in _memory_failures(report, "flash_attention_forward").values()] == [FORWARD_MEMORY_HINT]
-    assert [hint for _, hint in _memory_failures(report, "FlashAttentionFunction").values()] == [FORWARD_MEMORY_HINT]
+    assert [hint for _, hint in _memory_failures(report, "FlashAttentionFunction").values()] == \
+        [FORWARD_MEMORY_HINT] * 2
+
+
+# -- a submission that skips the class ------------------------------------------------------
+
+
+def _without_the_class(source: str) -> str:
+    """``source`` with FlashAttentionFunction's bodies unwritten, as the stub has them."""
+    def the_class(text: str) -> str:
+        return text[text.index("class FlashAttentionFunction"):text.index("def flash_attention(")]
+    return source.replace(the_class(source), the_class(stub_source(CH09)))
+
+
+GIVEN_HELPER = """    q, k, v = (tensor.detach().requires_grad_(True) for tensor in (q, k, v))
+    out = flash_attention(q, k, v, causal, block_size)
+    grads = torch.autograd.grad((out * grad_out).sum(), (q, k, v), allow_unused=True)
+    return (out.detach(), *grads)
+"""
+# The given flash_attention_gradients rewritten to skip the class: the two functions called
+# in its place, which gives the class's checks through it the right numbers in little memory.
+DIRECT_HELPER = """    out, lse = flash_attention_forward(q, k, v, causal, block_size)
+    return (out, *flash_attention_backward(q, k, v, out, lse, grad_out, causal, block_size))
+"""
+GIVEN_APPLY = "    return FlashAttentionFunction.apply(q, k, v, causal, block_size)\n"
+# The given flash_attention rewritten too, to skip the class: its output differentiable by
+# autograd through the blockwise forward, or not differentiable at all.
+BYPASSES = {
+    "helper-calls-the-functions": {GIVEN_HELPER: DIRECT_HELPER},
+    "flash-attention-by-autograd-through-blocks": {
+        GIVEN_HELPER: DIRECT_HELPER,
+        GIVEN_APPLY: "    return flash_attention_forward(q, k, v, causal, block_size)[0]\n"},
+    "flash-attention-not-differentiable": {
+        GIVEN_HELPER: DIRECT_HELPER,
+        GIVEN_APPLY: "    with torch.no_grad():\n        return flash_attention_forward(q, k, v, causal, block_size)[0]\n"},
+}
+
+
+def _bypassing(name: str) -> str:
+    source = _without_the_class(SOLUTION)
+    for old, new in BYPASSES[name].items():
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+@pytest.mark.parametrize("name", list(BYPASSES))
+def test_skipping_the_class_through_the_given_functions_earns_none_of_its_points(grade_source, name):
+    """The checks through the given flash_attention_gradients pass whatever that function
+    does; those through the given flash_attention, backpropagated by the worker harness's
+    own autograd call, fail every way around the class: a class never written raises, an
+    output differentiable through the blockwise forward keeps every block's weights (over
+    the memory budget, as the kernel counts it), one not differentiable has no gradients."""
+    report = grade_source(_bypassing(name), chapter="ch09")
+    assert statuses(report) == {"flash_attention_forward": "passed", "flash_attention_backward": "passed",
+                                "FlashAttentionFunction": "failed"}
+    failed = {check.check: check for check in result_of(report, "FlashAttentionFunction").failed_checks}
+    # The checks through the given flash_attention_gradients pass (the note on what is saved
+    # runs the given flash_attention, whose class, unwritten, raises).
+    through_helper = ("through FlashAttentionFunction.apply", "matches the reference", GIVEN_HELPER_MEMORY,
+                      "would run on a GPU too")
+    assert not [title for title in failed if title.startswith(through_helper)]
+    values = {title: check for title, check in failed.items() if title.startswith(OWN_BACKWARD_VALUES)}
+    memory = {title: check for title, check in failed.items() if title.startswith(OWN_BACKWARD_MEMORY)}
+    if name == "flash-attention-by-autograd-through-blocks":  # the right gradients, by autograd
+        assert not values and BUDGET_COUNTED == bool(memory)
+        assert all("MiB at once" in check.message and check.hint == AUTOGRAD_THROUGH_BLOCKS_HINT
+                   for check in memory.values())
+    elif name == "flash-attention-not-differentiable":
+        assert len(values) == 5 and BUDGET_COUNTED == bool(memory)
+        assert all(check.message.endswith("the output does not depend on the inputs through autograd")
+                   for check in [*values.values(), *memory.values()])
+    else:  # the class's forward raises NotImplementedError, in each of them
+        assert len(values) == 5 and BUDGET_COUNTED == bool(memory)
+        assert all(check.message == "not implemented yet" for check in failed.values())
+
+
+@pytest.mark.parametrize("path", [CH09.solution(), *STYLES], ids=["reference", *(path.stem for path in STYLES)])
+def test_the_class_through_the_grader_s_own_backward_gets_full_marks(grade_source, path):
+    """What the bypasses above fail, the reference and each correct style pass."""
+    report = grade_source(path.read_text(encoding="utf-8"), chapter="ch09", only={"FlashAttentionFunction"})
+    ((result),) = report.exercises
+    assert result.status == "passed", [(check.check, check.message) for check in result.failed_checks]
+    assert sum(check.check.startswith("through the given flash_attention,") for check in result.checks) == 7
 
 
 def _numbers(*values: float) -> list[str]:
@@ -208,3 +305,19 @@ def test_weights_given_to_save_for_backward_are_noted_with_their_shape(grade_sou
     notes = [check for check in result_of(report, "FlashAttentionFunction").checks if check.note]
     assert len(notes) == 1 and "(2, 6, 10)" in notes[0].note and SAVED_WEIGHTS_HINT in notes[0].note
     assert result_of(report, "FlashAttentionFunction").failed_checks[0].hint == SAVED_WEIGHTS_HINT
+
+
+def test_a_backward_that_would_fail_on_a_gpu_is_caught_past_a_rewritten_helper(grade_source):
+    """The class's backward mixes a tensor made on the CPU into dq; a rewritten
+    flash_attention_gradients that answers meta inputs without the class passes the
+    portability check through it, and the one through the given flash_attention,
+    backpropagated by the worker harness on meta, fails."""
+    mixed = SOLUTION.replace("        return dq, dk, dv, None, None\n",
+                             "        return dq + torch.zeros(dq.shape, dtype=dq.dtype), dk, dv, None, None\n")
+    dodging = mixed.replace(GIVEN_HELPER, "    if q.is_meta:\n        return (torch.empty_like(grad_out), "
+                            "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))\n" + GIVEN_HELPER)
+    assert SOLUTION != mixed != dodging
+    report = grade_source(dodging, chapter="ch09", only={"FlashAttentionFunction"})
+    ((title, (message, _)),) = _memory_failures(report, "FlashAttentionFunction").items()
+    assert title.startswith("through the given flash_attention,") and "would run on a GPU too" in title
+    assert message.startswith("flash_attention(") and "would fail on a GPU" in message

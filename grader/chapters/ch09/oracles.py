@@ -38,10 +38,11 @@ def attention_with_lse(q, k, v, causal=False):
 def attention_gradients(q, k, v, grad_out, causal=False):
     """``(out, dq, dk, dv)``: the output of ``F.scaled_dot_product_attention``
     and the gradients of ``sum(out * grad_out)`` with respect to q, k and v, by
-    autograd through it (give float64 inputs). A query with no visible key
-    gets a zero output and a zero row of dq, and adds nothing to dk and dv."""
-    leaves = [tensor.detach().clone().requires_grad_(True) for tensor in (q, k, v)]
+    autograd through it, computed in float64 whatever the inputs' dtype and
+    returned in ``q``'s. A query with no visible key gets a zero output and a
+    zero row of dq, and adds nothing to dk and dv."""
+    leaves = [tensor.detach().to(torch.float64).clone().requires_grad_(True) for tensor in (q, k, v)]
     mask = bottom_right_mask(q.shape[-2], k.shape[-2]) if causal else None
     out = F.scaled_dot_product_attention(*leaves, attn_mask=mask)  # (..., L, d_v)
-    grads = torch.autograd.grad((out * grad_out).sum(), leaves)
-    return (out.detach(), *grads)
+    grads = torch.autograd.grad((out * grad_out.to(torch.float64)).sum(), leaves)
+    return tuple(tensor.detach().to(q.dtype) for tensor in (out, *grads))

@@ -13,20 +13,30 @@ queries that see no key, and batch and head dimensions. On a mismatch,
 known wrong implementations are run on the same inputs and a matching
 one's hint goes with the failure.
 
-``FlashAttentionFunction`` is called through the file's given
+``FlashAttentionFunction`` is called two ways. Through the file's given
 ``flash_attention_gradients``, which runs ``FlashAttentionFunction.apply``
-and backpropagates ``grad_out`` through it by autograd: the forward and
-backward graded are the class's.
+and backpropagates ``grad_out`` through it by autograd: these checks pass on
+the known bugs' hints. But that function is the file's, and a file may
+rewrite it to skip the class; so the points rest on the checks that call the
+given ``flash_attention`` (``FlashAttentionFunction.apply``) and let the
+worker harness backpropagate ``grad_out`` from its output by its own autograd
+call (``submission.call(..., grad=...)``, ``grader.worker``): an output
+autograd cannot differentiate has no gradients, and one differentiable
+through the blockwise forward instead of through the class keeps every
+block's weights, over the memory budget. Their answers are compared with
+the oracle's (recorded in the student edition), never with the reference's;
+a known bug's hint comes from its answer to the same inputs through
+``flash_attention_gradients``.
 
 Memory is the chapter's point, and the kernel's count decides it
-(``run_within``): each exercise runs once with 512 queries, 8192 keys and
-blocks of 128 in a worker of its own that may map 10 MiB beyond what it
-maps before the file's first statement. The (L, S) scores alone take 16
-MiB in float32, so building them in either pass, or keeping the (L, S)
-weights from forward to backward (the class's forward and backward run in
-the one call), fails, whatever the code does to hide it. The worker's own
-measure (``footprint``) of the largest tensor then words the message, and
-for the class says whether forward or backward made it.
+(``run_within``, or ``budget`` with ``grad``): each exercise runs with 1024
+queries, 4096 keys and blocks of 256 in a worker of its own that may map 14
+MiB beyond what it maps before the file's first statement. The (L, S)
+scores alone take 16 MiB in float32, so building them in either pass, or
+keeping the (L, S) weights from forward to backward (the class's forward and
+backward run in the one call), fails, whatever the code does to hide it.
+The worker's own measure (``footprint``) of the largest tensor then words
+the message, and for the class says whether forward or backward made it.
 """
 
 import ast
@@ -46,7 +56,8 @@ from grader.checks import (
     run,
     run_within,
 )
-from grader.compare import CheckFailure, expect_close, fail, note, unpack
+from grader.compare import CheckFailure, expect_close, fail, note, shape_text, unpack
+from grader.isolation import BUDGET_COUNTED
 from grader.outcomes import Failure
 
 # PyTorch's attention, its log-sum-exp and its gradients by autograd (oracles.py).
@@ -65,6 +76,13 @@ SAVED_WEIGHTS_HINT = _hint("FlashAttentionFunction", "saves-the-weights")
 BACKWARD_MATRIX_HINT = ("looks like backward holds an (L, S) tensor (scores, weights or their gradients) "
                         "at once: flash_attention_backward takes the keys block_size at a time and "
                         "rebuilds each block's weights from lse")
+# The memory went where flash_attention_forward makes its (L, block) pieces, none of them
+# (L, S): autograd recorded the forward pass, keeping every block's weights for backward.
+AUTOGRAD_THROUGH_BLOCKS_HINT = ("looks like autograd recorded the blockwise forward pass, keeping every block's "
+                                "weights for backward, (L, S) numbers in all: flash_attention returns "
+                                "FlashAttentionFunction.apply(...), whose forward runs with gradient tracking "
+                                "off and saves only q, k, v, out and lse, and whose backward rebuilds the "
+                                "weights block by block")
 
 # (id, batch dims, L, S, d, d_v, block_size, causal)
 CASES = [
@@ -217,6 +235,37 @@ def test_function_matches_reference(submission, reference, bugs, inputs, case):
                   ("out", "dq", "dk", "dv"), bugs.flash_attention_gradients(q, k, v, grad_out, causal, block_size))
 
 
+def _backpropagated(submission, args: tuple, grad_out: torch.Tensor, budget: int = 0, portability: bool = False):
+    """``((out, dq, dk, dv), call)``: the given ``flash_attention(*args)``, which
+    applies ``FlashAttentionFunction``, run in the worker; then the worker's own
+    harness, not the file's code, backpropagates ``sum(out * grad_out)`` through
+    its output by autograd (``grader.worker``). An output autograd cannot
+    differentiate fails here: "the output does not depend on the inputs
+    through autograd". ``budget`` and ``portability`` as ``submission.call``
+    takes them (with ``portability``, nothing is returned)."""
+    grad = {"wrt": [0, 1, 2], "output": None, "grad_output": grad_out}
+    call = (f"{submission.call_text('flash_attention', args, {})}, then autograd from grad_out "
+            f"{shape_text(grad_out.shape)}")
+    answer = submission.call("flash_attention", args, {}, grad=grad, budget=budget, portability=portability)
+    if portability:
+        return None, call
+    out, grads = answer
+    return (out, *grads), call
+
+
+@exercise("FlashAttentionFunction")
+@pytest.mark.parametrize("case", FUNCTION_CASES, ids=case_ids(FUNCTION_CASES))
+def test_function_backpropagates_like_pytorch_attention(submission, bugs, inputs, case):
+    """through the given flash_attention, backpropagated by the grader's own autograd call (not by flash_attention_gradients), gives F.scaled_dot_product_attention's output and gradients (float64)"""
+    q, k, v, grad_out = _inputs(inputs, case)
+    block_size, causal = case[-2:]
+    got, call = _backpropagated(submission, (q, k, v, causal, block_size), grad_out)
+    _expect_parts(got, call, oracles.attention_gradients(q, k, v, grad_out, causal), ("out", "dq", "dk", "dv"),
+                  bugs.flash_attention_gradients(q, k, v, grad_out, causal, block_size),
+                  reference=_pytorch(causal, q.shape[-2], k.shape[-2], "F.scaled_dot_product_attention and "
+                                     "autograd through it"))
+
+
 @exercise("FlashAttentionFunction")
 def test_function_saves_q_k_v_out_and_lse(submission, inputs):
     """saves q, k, v, out and lse with ctx.save_for_backward (a note, from your process's own saved_tensors_hooks: it costs no point)"""
@@ -326,18 +375,40 @@ def test_function_keeps_no_score_matrix_for_backward(submission, reference, inpu
                  (tuple(q.shape), tuple(q.shape), tuple(k.shape), tuple(v.shape)), (out_last, dq_last, None, None))
 
 
+@exercise("FlashAttentionFunction")
+def test_function_backpropagates_within_memory(submission, inputs):
+    """through the given flash_attention, backpropagated by the grader's own autograd call: forward then backward, with 1024 queries, 4096 keys and blocks of 256, need no more than 14 MiB of memory, as the kernel counts it (autograd through blockwise code keeps every block's weights, 16 MiB in all)"""
+    if not BUDGET_COUNTED:
+        pytest.skip("memory is counted by the kernel on Linux only: not measured on this system")
+    q, k, v, grad_out = _memory_inputs(inputs)
+    causal, block_size = True, MEMORY_SIZES[-1]
+    try:
+        got, call = _backpropagated(submission, (q, k, v, causal, block_size), grad_out, budget=MEMORY_BUDGET)
+    except CheckFailure as failure:
+        if failure.kind == Failure.MEMORY and failure.hint is None:
+            failure.hint = _which_pass(submission, (q, k, v, grad_out, causal, block_size))
+        raise
+    # Every value, against PyTorch's (computed in float64, compared in float32): the budget
+    # was not kept by computing less.
+    _expect_parts(got, call, oracles.attention_gradients(q, k, v, grad_out, causal), ("out", "dq", "dk", "dv"),
+                  reference=_pytorch(causal, q.shape[-2], k.shape[-2], "F.scaled_dot_product_attention and "
+                                     "autograd through it"))
+
+
 def _which_pass(submission, args: tuple) -> str:
     """The hint for the largest tensor of a call over its budget, by the function or
-    method that made it: forward (weights saved for backward, or a whole score matrix
-    in flash_attention_forward) or backward. From the worker's own measure, which
-    words the message only: the kernel has decided."""
+    method that made it: forward (weights saved for backward, a whole score matrix in
+    flash_attention_forward, or, where its largest tensor is smaller than that, the
+    forward's blocks recorded by autograd) or backward. From the worker's own measure
+    of the given flash_attention_gradients, which words the message only: the kernel
+    has decided."""
     try:
-        line = submission.call("flash_attention_gradients", args, {}, measure=True)[1].largest.line
+        largest = submission.call("flash_attention_gradients", args, {}, measure=True)[1].largest
     except CheckFailure as failure:
         largest = getattr(failure, "largest", None)
-        line = largest.line if largest is not None else 0
-    except AttributeError:  # no largest tensor measured
-        line = 0
+    except AttributeError:  # no footprint measured
+        largest = None
+    line = largest.line if largest is not None else 0
     try:
         tree = ast.parse(submission.submission.source)
     except (AttributeError, SyntaxError, ValueError):
@@ -349,7 +420,8 @@ def _which_pass(submission, args: tuple) -> str:
     if made_in in ("backward", "flash_attention_backward"):
         return BACKWARD_MATRIX_HINT
     if made_in == "flash_attention_forward":
-        return FORWARD_MEMORY_HINT
+        num_queries, num_keys = args[0].shape[-2], args[1].shape[-2]
+        return FORWARD_MEMORY_HINT if largest.numel >= num_queries * num_keys else AUTOGRAD_THROUGH_BLOCKS_HINT
     return SAVED_WEIGHTS_HINT
 
 
@@ -375,3 +447,11 @@ test_would_run_on_a_gpu = portability_check([
 def test_function_would_run_on_a_gpu(submission, inputs):
     """would run on a GPU too: runs with its inputs on meta, where a tensor made on the CPU cannot meet them"""
     expect_portable(submission, "flash_attention_gradients", *_inputs(inputs, CASES[1], torch.float32), True, 4)
+
+
+@exercise("FlashAttentionFunction")
+@portability
+def test_function_backpropagates_on_a_gpu_too(submission, inputs):
+    """through the given flash_attention, backpropagated by the grader's own autograd call, would run on a GPU too: forward and backward run with their inputs on meta"""
+    q, k, v, grad_out = _inputs(inputs, CASES[1], torch.float32)
+    _backpropagated(submission, (q, k, v, True, 4), grad_out, portability=True)
