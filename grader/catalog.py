@@ -458,8 +458,10 @@ CHAPTERS: tuple[Chapter, ...] = (
         # The chapter writes attention's output and gradients block by block, as
         # chapter 7 wrote its output: torch.softmax and F.scaled_dot_product_attention
         # (whose autograd would give the gradients) are refused, kernels included.
-        # FlashAttentionFunction is graded through the given flash_attention_gradients,
-        # which runs its forward and, by autograd, its backward.
+        # FlashAttentionFunction is graded through the given flash_attention, its
+        # apply, whose gradients the worker's own autograd computes (in float64, and
+        # within the kernel's memory budget), and through the given
+        # flash_attention_gradients, whose answers name its known bugs.
         exercises=(
             Exercise(
                 "flash_attention_forward",
