@@ -54,8 +54,8 @@ BUGS = (
              "slot = count if count < sinks else (count - sinks) % (capacity - sinks)"),
     KnownBug("rolling_cache_append", "ring-not-started-at-sinks",
              "looks like the ring counts tokens from 0 rather than from the first one after the sinks "
-             "(sinks + count % (C - sinks)): token sinks must go to slot sinks, so that the buffer fills "
-             "in order and then replaces its oldest token, sinks + (count - sinks) % (C - sinks)",
+             "(sinks + count % (C - sinks)): token sinks must go to slot sinks, and each later token to "
+             "the slot after the last one's, sinks + (count - sinks) % (C - sinks)",
              "slot = count if count < sinks else sinks + (count - sinks) % (capacity - sinks)",
              "slot = count if count < sinks else sinks + count % (capacity - sinks)"),
     KnownBug("rolling_cache_append", "ring-as-large-as-the-buffer",
