@@ -754,9 +754,12 @@ def test_rope_block_parameters(submission, inputs):
 # A sampler is judged by what it draws, not by one draw: each call draws DRAWS tokens, half
 # from each of two rows of logits, and each token's share of a row's draws must be within
 # SIGMAS standard deviations of its probability under the filters (oracles.py, as Hugging
-# Face's warpers compute it), and never drawn where the filters removed it. A correct sampler
-# strays that far with probability about 2e-9 a token. Every known bug moves some token's
-# share by 0.22 or more in some case, against 0.03 allowed (10,000 draws, a share near one half).
+# Face's warpers compute it), and never drawn where the filters removed it. Six draws in
+# 10,000 more are allowed for the rare tokens, whose counts are far from normal: by the exact
+# binomial tails a correct sampler strays past a bound with a chance under 1e-9 a token, and
+# fails one grade of the five cases in about 25 million (3.96e-8). Every known bug moves some
+# token's share by 0.22 or more in some case, against 0.03 allowed (10,000 draws, a share near
+# one half).
 DRAWS = 20000
 SIGMAS = 6.0
 LOGITS = (3.0, 2.2, 1.5, 1.0, 0.4, 0.0, -0.7, -1.5)  # V = 8, no two near a filter's edge
@@ -798,7 +801,7 @@ def _shares(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 def _allowed(probabilities: torch.Tensor) -> torch.Tensor:
     """``(2, V)``: how far a token's share of ``DRAWS // 2`` draws may stray from its probability."""
     draws = DRAWS // 2
-    return SIGMAS * (probabilities * (1 - probabilities) / draws).sqrt() + 2 / draws
+    return SIGMAS * (probabilities * (1 - probabilities) / draws).sqrt() + 6 / draws
 
 
 def _follows(shares: torch.Tensor, probabilities: torch.Tensor) -> bool:
