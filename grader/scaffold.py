@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grader.catalog import CHAPTERS, Chapter, Exercise
 
-# A slug names the chapter's files (``ch09_sliding_window.py``): lowercase
+# A slug names the chapter's files (``ch13_sliding_window.py``): lowercase
 # words joined by single underscores, starting with a letter.
 SLUG = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 EXAMPLE = "example"  # the exercise's name when the author names none yet

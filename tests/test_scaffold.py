@@ -3,7 +3,7 @@
 Every test that writes a chapter does it in a copy of the course (the files
 git knows, in tmp_path), and runs the copy's own grader there: ``cwd`` and
 ``PYTHONPATH`` are the copy, never this tree. The acceptance test (issue
-31) adds a throw-away chapter 9: the scaffold's skeleton, filled in with
+31) adds a throw-away chapter 13: the scaffold's skeleton, filled in with
 the small complete chapter of tests/new_chapter/, and shows that the
 suite's per-chapter tests take it in and that a part taken away fails with
 a message naming it.
@@ -28,8 +28,8 @@ from grader.catalog import CHAPTERS, COURSE_ROOT
 from grader.scaffold import ScaffoldError, catalog_entry, plan, with_catalog_entry
 from test_chapter_parts import PARTS
 
-NEW_CHAPTER = COURSE_ROOT / "tests" / "new_chapter"  # the data: chapter 9, at its paths in the course
-NUMBER, SLUG, TITLE = 9, "sliding_window", "Sliding-window attention"
+NEW_CHAPTER = COURSE_ROOT / "tests" / "new_chapter"  # the data: chapter 13, at its paths in the course
+NUMBER, SLUG, TITLE = 13, "sliding_window", "Sliding-window attention"
 EXERCISE = "sliding_window_mask"
 
 
@@ -87,8 +87,8 @@ def test_the_skeleton_builds_grades_and_the_suite_says_what_is_left(tmp_path):
     chapter_id, module = f"ch{NUMBER:02d}", f"ch{NUMBER:02d}_{SLUG}"
     created = {f"solutions/{module}.py", f"grader/chapters/{chapter_id}/__init__.py",
                f"grader/chapters/{chapter_id}/test_{module}.py", f"grader/chapters/{chapter_id}/bugs.py",
-               f"grader/chapters/{chapter_id}/oracles.py", f"chapters/09_{SLUG}/README.md",
-               f"chapters/09_{SLUG}/figures.py", f"chapters/09_{SLUG}/notebook.py", f"tests/test_{module}.py"}
+               f"grader/chapters/{chapter_id}/oracles.py", f"chapters/13_{SLUG}/README.md",
+               f"chapters/13_{SLUG}/figures.py", f"chapters/13_{SLUG}/notebook.py", f"tests/test_{module}.py"}
     assert set(re.findall(r"^wrote (\S+)$", made.stdout, flags=re.MULTILINE)) == created | {
         "grader/catalog.py", "README.md"}
     for name in created - {f"grader/chapters/{chapter_id}/__init__.py"}:
@@ -98,9 +98,9 @@ def test_the_skeleton_builds_grades_and_the_suite_says_what_is_left(tmp_path):
     assert entry[0] == "    Chapter(" and f'        slug="{SLUG}",' in entry and entry[-1] == "    ),"
     readme = (copy / "README.md").read_text(encoding="utf-8")
     (row,) = _inserted(readme_before, readme)
-    assert row.startswith(f"| [09](chapters/09_{SLUG}/README.md) | sliding-window attention |")
+    assert row.startswith(f"| [13](chapters/13_{SLUG}/README.md) | sliding-window attention |")
     lines = readme.splitlines()
-    assert lines[lines.index(row) - 1].startswith("| [08](chapters/08_")
+    assert lines[lines.index(row) - 1].startswith("| [12](chapters/12_")
 
     # The skeleton builds and grades: the reference passes every check, the stub none.
     built = _run(copy, "-m", "grader", "build")
@@ -112,13 +112,13 @@ def test_the_skeleton_builds_grades_and_the_suite_says_what_is_left(tmp_path):
     parts = _run(copy, "-m", "pytest", "-q", "-n0", "--tb=line", "tests/test_chapter_parts.py", "-k", chapter_id)
     assert _failed(parts) == {f"test_the_chapter_has_the_part[{chapter_id}-{part}]"
                               for part in ("known-bugs", "correct-styles", "mistakes", "snapshot")}
-    assert "step 10, \"Correct styles\"" in parts.stdout and "tests/correct_styles/ch09_<style>.py" in parts.stdout
+    assert "step 10, \"Correct styles\"" in parts.stdout and "tests/correct_styles/ch13_<style>.py" in parts.stdout
 
     # A second time it refuses, in one line, and writes nothing.
     before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
     again = _new_chapter(copy)
     assert again.returncode == 2 and again.stdout == ""
-    assert again.stderr.strip().splitlines() == ["error: chapter 9 exists already: ch09, sliding_window"]
+    assert again.stderr.strip().splitlines() == ["error: chapter 13 exists already: ch13, sliding_window"]
     assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before
 
 
@@ -152,10 +152,10 @@ def test_new_chapter_refuses_a_taken_or_malformed_name(course, number, slug, tit
 def test_new_chapter_refuses_to_write_over_a_file(course):
     planned = plan(course, NUMBER, SLUG, TITLE)
     assert planned.created and not any(path.exists() for path in planned.created)
-    lesson = course / "chapters" / f"09_{SLUG}" / "README.md"
+    lesson = course / "chapters" / f"13_{SLUG}" / "README.md"
     lesson.parent.mkdir(parents=True)
     lesson.write_text("someone's draft\n", encoding="utf-8")
-    with pytest.raises(ScaffoldError, match=rf"chapters/09_{SLUG}/README.md exists already"):
+    with pytest.raises(ScaffoldError, match=rf"chapters/13_{SLUG}/README.md exists already"):
         plan(course, NUMBER, SLUG, TITLE)
     assert lesson.read_text(encoding="utf-8") == "someone's draft\n"
 
@@ -198,7 +198,7 @@ def _add_chapter_nine(copy: Path) -> None:
     snapshot = copy / "tests" / "snapshots" / "grades.json"
     grades = json.loads(snapshot.read_text(encoding="utf-8"))
     for edition in ("solutions", "stubs"):
-        grades[edition]["exercises"].append({"chapter": "ch09", "exercise": EXERCISE})
+        grades[edition]["exercises"].append({"chapter": "ch13", "exercise": EXERCISE})
     snapshot.write_text(json.dumps(grades), encoding="utf-8")
 
 
@@ -253,11 +253,11 @@ def test_a_new_chapter_is_covered_by_every_per_chapter_test_and_a_missing_part_i
     _add_chapter_nine(copy)
     assert _run(copy, "-c", "import grader; print(grader.__file__)").stdout.startswith(str(copy))
 
-    # (a) Each test parametrized over the chapters has a ch09 case too, and (b) it has
+    # (a) Each test parametrized over the chapters has a ch13 case too, and (b) it has
     # every part: one pytest run of the copy gives both (a start of pytest there, with
     # its conftest, is 10 s), collecting the whole suite (testpaths) as
-    # ``--collect-only`` did, and running the part tests of ch09 alone (``_collect_and_run``).
-    run = _collect_and_run(copy, "-q", "-n0", "-k", "test_chapter_parts and ch09")
+    # ``--collect-only`` did, and running the part tests of ch13 alone (``_collect_and_run``).
+    run = _collect_and_run(copy, "-q", "-n0", "-k", "test_chapter_parts and ch13")
     assert COLLECTED in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     collected = json.loads(run.stdout.rsplit(COLLECTED, 1)[1])
     assert collected["errors"] == [], run.stdout[-3000:] + run.stderr[-2000:]
@@ -268,26 +268,26 @@ def test_a_new_chapter_is_covered_by_every_per_chapter_test_and_a_missing_part_i
         "tests/test_known_bugs.py::test_known_bug_fails_its_exercise_and_is_named",
         "tests/test_correct_styles.py::test_the_corpus_file_equals_the_reference",
     } <= set(per_chapter), sorted(per_chapter)
-    assert sorted(test for test, ids in per_chapter.items() if "ch09" not in ids) == []
+    assert sorted(test for test, ids in per_chapter.items() if "ch13" not in ids) == []
 
     # (b) It has every part.
     parts = run.stdout.rsplit(COLLECTED, 1)[0]
     assert run.returncode == 0 and f"{len(PARTS)} passed" in parts, parts[-3000:]
 
     # (c) A part taken away fails the test that looks for it, which names it.
-    (copy / "tests" / "correct_styles" / "ch09_expand.py").unlink()
-    tests = copy / "tests" / "test_ch09_sliding_window.py"
+    (copy / "tests" / "correct_styles" / "ch13_expand.py").unlink()
+    tests = copy / "tests" / "test_ch13_sliding_window.py"
     tests.write_text(re.sub(r"^RELEASE_BUG = .*$", "", tests.read_text(encoding="utf-8"), flags=re.MULTILINE),
                      encoding="utf-8")
-    lesson = copy / "chapters" / "09_sliding_window" / "README.md"
+    lesson = copy / "chapters" / "13_sliding_window" / "README.md"
     lesson.write_text(lesson.read_text(encoding="utf-8").replace("<!-- known bugs: misses-itself -->", ""),
                       encoding="utf-8")
     broken = _run(copy, "-m", "pytest", "-q", "-n0", "--tb=short", "tests/test_chapter_parts.py",
-                  "tests/test_lessons.py", "-k", "ch09")
-    assert _failed(broken) == {"test_the_chapter_has_the_part[ch09-correct-styles]",
-                               "test_the_chapter_has_the_part[ch09-chapter-tests]",
-                               "test_every_known_bug_is_named_by_a_pitfall_of_its_lesson[ch09]"}, broken.stdout[-3000:]
-    for message in ("(tests/correct_styles/ch09_<style>.py): holds 2 ch09_<style>.py",
-                    "(tests/test_ch09_sliding_window.py): defines no RELEASE_BUG",
+                  "tests/test_lessons.py", "-k", "ch13")
+    assert _failed(broken) == {"test_the_chapter_has_the_part[ch13-correct-styles]",
+                               "test_the_chapter_has_the_part[ch13-chapter-tests]",
+                               "test_every_known_bug_is_named_by_a_pitfall_of_its_lesson[ch13]"}, broken.stdout[-3000:]
+    for message in ("(tests/correct_styles/ch13_<style>.py): holds 2 ch13_<style>.py",
+                    "(tests/test_ch13_sliding_window.py): defines no RELEASE_BUG",
                     "no pitfall names sliding_window_mask/misses-itself"):
         assert message in broken.stdout, message

@@ -1,4 +1,4 @@
-"""Chapter 9 with torch.cdist: the distance between positions, on the causal side."""
+"""Chapter 13 with torch.cdist: the distance between positions, on the causal side."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Known bugs of chapter 9: sliding-window attention."""
+"""Known bugs of chapter 13: sliding-window attention."""
 
 from grader.chapters import KnownBug
 

@@ -1,4 +1,4 @@
-"""Hidden checks for chapter 9: sliding-window attention.
+"""Hidden checks for chapter 13: sliding-window attention.
 
 The mask is compared with the window's definition taken pair by pair
 (oracles.py) and with the reference, for windows of one position, of a few
@@ -14,7 +14,7 @@ from grader.checks import Oracles, case_ids, exercise, portability_check, portab
 from grader.compare import expect_close
 
 # The window's definition, pair by pair (oracles.py).
-oracles = Oracles("ch09")
+oracles = Oracles("ch13")
 
 # (id, positions, window)
 MASK_CASES = [

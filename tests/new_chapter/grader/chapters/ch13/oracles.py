@@ -1,4 +1,4 @@
-"""Chapter 9's oracles: the window's definition, pair by pair.
+"""Chapter 13's oracles: the window's definition, pair by pair.
 
 Shapes: positions ``(T,)``; a mask ``(T, T)``, bool.
 """

@@ -1,4 +1,4 @@
-"""Mistakes of chapter 9 that no known bug is (tests/mistakes/__init__.py)."""
+"""Mistakes of chapter 13 that no known bug is (tests/mistakes/__init__.py)."""
 
 from mistakes import Mistake
 

@@ -1,4 +1,4 @@
-"""Chapter 9 in broadcast comparisons: a key is in the window when it is not
+"""Chapter 13 in broadcast comparisons: a key is in the window when it is not
 later than the query and not too far behind it."""
 
 import torch

@@ -1,8 +1,8 @@
-"""Chapter 9: sliding-window attention.
+"""Chapter 13: sliding-window attention.
 
 A token sees itself and the ``window - 1`` tokens before it, as in
 Longformer's and Mistral's local attention. The lesson is
-chapters/09_sliding_window/README.md.
+chapters/13_sliding_window/README.md.
 """
 
 import torch

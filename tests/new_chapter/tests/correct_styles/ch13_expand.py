@@ -1,4 +1,4 @@
-"""Chapter 9 with expanded grids and logical_and, as a first attempt often reads."""
+"""Chapter 13 with expanded grids and logical_and, as a first attempt often reads."""
 
 import torch
 

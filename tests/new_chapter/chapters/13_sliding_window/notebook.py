@@ -1,4 +1,4 @@
-"""Chapter 9's notebook: the cell that tries the exercise.
+"""Chapter 13's notebook: the cell that tries the exercise.
 
 The "try" cell runs right after the exercise, on the lesson's small
 example, and prints what a correct answer gives in a trailing comment.

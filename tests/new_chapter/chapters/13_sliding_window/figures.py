@@ -1,4 +1,4 @@
-"""Draws the figures of chapter 9: ``figures()`` returns each SVG by its name in ``figures/``.
+"""Draws the figures of chapter 13: ``figures()`` returns each SVG by its name in ``figures/``.
 
 The six tokens of ``grader.figures.TOKENS`` and a window of 3: each query's
 weight spread evenly over the keys its window holds (no randomness, so the
@@ -11,7 +11,7 @@ WINDOW = 3
 
 
 def figures() -> dict[str, str]:
-    """``{file name: SVG text}`` for ``chapters/09_sliding_window/figures/``."""
+    """``{file name: SVG text}`` for ``chapters/13_sliding_window/figures/``."""
     sees = [[0 <= query - key < WINDOW for key in range(len(TOKENS))] for query in range(len(TOKENS))]  # (T, T)
     weights = [[1.0 / sum(row) if seen else 0.0 for seen in row] for row in sees]
     return {

@@ -1,4 +1,4 @@
-"""Chapter 9's own tests: the lesson's claims about the window's two
+"""Chapter 13's own tests: the lesson's claims about the window's two
 extremes, on the reference."""
 
 import importlib.util
@@ -8,11 +8,11 @@ import torch
 from conftest import Draw
 from grader.catalog import find_chapter
 
-CH09 = find_chapter("ch09")
+CH13 = find_chapter("ch13")
 
 
 def _reference():
-    spec = importlib.util.spec_from_file_location("reference_ch09", CH09.solution())
+    spec = importlib.util.spec_from_file_location("reference_ch13", CH13.solution())
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,1 +1,0 @@
-"""Chapter 9's grading: its checks, known bugs and oracles (``grader.chapters``)."""
