@@ -487,7 +487,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(
         number=10,
         slug="streaming_decoding",
-        title="Bounded-memory decoding: sliding windows, a rolling cache, attention sinks",
+        title="Bounded-memory decoding: sliding windows and attention sinks",
         # Masks and buffers are plain tensor code; the attention step may call
         # torch.softmax and F.scaled_dot_product_attention (earned in chapters 1
         # and 2), but not the library's whole multi-head attention.

@@ -7,12 +7,12 @@ small examples, and prints what a correct answer gives in a trailing comment.
 
 # %% try MultiHeadLatentAttention
 # Section 5's example: one head, D = 2, d_h = d_R = 2, d_c = d_c' = 1, weights set by hand.
-mla = MultiHeadLatentAttention(d_model=2, num_heads=1, head_dim=2, rope_dim=2, kv_rank=1, q_rank=1)
 by_hand = {"q_down": [[1.0, 1.0]], "q_up": [[1.0], [0.0]], "q_rope": [[0.0], [1.0]], "kv_down": [[0.0, 1.0]],
            "k_up": [[2.0], [0.0]], "v_up": [[1.0], [-1.0]], "k_rope": [[1.0, 0.0], [0.0, 1.0]],
            "out_proj": [[1.0, 0.0], [0.0, 1.0]]}
-mla.load_state_dict({f"{name}.weight": torch.tensor(value) for name, value in by_hand.items()})
 x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # (B, T, D) = (1, 2, 2): h_0 and h_1
+mla = MultiHeadLatentAttention(d_model=2, num_heads=1, head_dim=2, rope_dim=2, kv_rank=1, q_rank=1)
+mla.load_state_dict({f"{name}.weight": torch.tensor(value) for name, value in by_hand.items()})
 with torch.no_grad():
     print(mla(x))  # [[[0, 0], [0.8722, -0.8722]]]
 with torch.device("meta"):  # shapes only: DeepSeek-V2's attention layer
@@ -22,6 +22,9 @@ print({name: tuple(p.shape) for name, p in big.named_parameters()})
 # k_up (16384, 512), v_up (16384, 512), k_rope (64, 5120), out_proj (5120, 16384)
 
 # %% try absorbed_decode
+# The module of the cell above, built again: this cell runs even where that one stopped.
+mla = MultiHeadLatentAttention(d_model=2, num_heads=1, head_dim=2, rope_dim=2, kv_rank=1, q_rank=1)
+mla.load_state_dict({f"{name}.weight": torch.tensor(value) for name, value in by_hand.items()})
 with torch.no_grad():
     first, cache = absorbed_decode(mla, x[:, :1])  # token 0, no cache yet
     second, cache = absorbed_decode(mla, x[:, 1:], cache)  # token 1, at position 1
