@@ -27,6 +27,15 @@ def test_committed_files_are_what_the_build_writes():
     assert not stale, f"run `mha-course build`: out of date: {stale}"
 
 
+def test_every_figure_in_a_lesson_folder_is_one_its_figures_py_draws():
+    """A figure a chapter's figures.py no longer draws (renamed, or the scaffold's
+    first draft) is left behind by the build, which only writes: it must go."""
+    drawn = {path for path in generated_files() if path.suffix == ".svg"}
+    lying = [str(path.relative_to(COURSE_ROOT)) for path in (COURSE_ROOT / "chapters").glob("*/figures/*.svg")
+             if path not in drawn]
+    assert not lying, f"no figures.py draws these; delete them: {lying}"
+
+
 def _definitions(source: str) -> dict[str, str | None]:
     """``{name: docstring}`` of top-level functions and classes, and of methods as ``Class.name``."""
     found = {}
