@@ -24,7 +24,7 @@ import torch
 
 from grader import recorded
 from grader.catalog import find_chapter
-from grader.compare import CheckFailure, describe, expect_close, fail, matching_hint, shape_text, unpack
+from grader.compare import CheckFailure, Compared, describe, expect_close, fail, matching_hint, shape_text, unpack
 from grader.isolation import BUDGET_COUNTED
 from grader.module_calls import ModuleCall, run_module_call
 from grader.outcomes import Failure
@@ -79,6 +79,17 @@ def broadcast_shape(*shapes) -> torch.Size:
 # likely cause, said after the place.
 NO_KEY = ("is every key of that query masked? Softmax over only -inf is NaN: a query with no key "
           "to attend to gets zero weights (and True in a mask means it may attend)")
+
+
+def expect_int(got, expected: int, call: str, lookalikes, reference: str) -> None:
+    """An int equal to ``expected`` (a count of bytes, say); a known bug's hint
+    when it gives the same wrong value. Without one, the answer goes with the
+    failure, so that a relation may name it."""
+    if type(got) is not int or got != expected:
+        message = (f"{call} returned {describe(got)}, expected an int ({expected})" if type(got) is not int else
+                   f"{call} returned {got}, expected {expected} ({reference})")
+        hint = next((hint for hint, wrong in lookalikes() if type(wrong) is type(got) and wrong == got), None)
+        raise CheckFailure(message, hint=hint, compared=None if hint else Compared(got, expected))
 
 
 def expect_finite(got, what: str, why: str = "", hint: str | None = None, nan_only: bool = False) -> None:

@@ -20,6 +20,7 @@ import torch
 from grader.checks import (
     case_ids,
     exercise,
+    expect_int,
     expect_attention,
     expect_gradients,
     expect_module_matches_reference,
@@ -33,9 +34,6 @@ from grader.checks import (
     run_with_gradients,
 )
 from grader.compare import (
-    CheckFailure,
-    Compared,
-    describe,
     expect_close,
     expect_like,
     expect_true,
@@ -439,25 +437,13 @@ CACHE_CASES = [
 ]
 
 
-def _expect_bytes(got, expected: int, call: str, lookalikes, reference: str) -> None:
-    """An int equal to ``expected``; a known bug's hint when it gives the same wrong value."""
-    def hint():
-        return next((h for h, wrong in lookalikes() if type(wrong) is type(got) and wrong == got), None)
-
-    if type(got) is not int or got != expected:  # without a known bug's hint, a relation may name it
-        message = (f"{call} returned {describe(got)}, expected an int ({expected})" if type(got) is not int else
-                   f"{call} returned {got}, expected {expected} ({reference})")
-        found = hint()
-        raise CheckFailure(message, hint=found, compared=None if found else Compared(got, expected))
-
-
 @exercise("kv_cache_bytes")
 @pytest.mark.parametrize("case", CACHE_CASES, ids=case_ids(CACHE_CASES))
 def test_cache_bytes_follow_the_formula(submission, bugs, case):
     """equals 2 (K and V) x batch x seq_len x layers x H_kv x head_dim x bytes per number"""
     args = case[1:]
     got, call = run(submission, "kv_cache_bytes", *args)
-    _expect_bytes(got, oracles.cache_bytes(*args), call, bugs.kv_cache_bytes(*args),
+    expect_int(got, oracles.cache_bytes(*args), call, bugs.kv_cache_bytes(*args),
                   f"2 x B x T x layers x H_kv x d x {args[-1].itemsize} bytes")
 
 
@@ -467,7 +453,7 @@ def test_cache_bytes_match_reference(submission, reference, bugs, case):
     """matches the reference"""
     args = case[1:]
     got, call = run(submission, "kv_cache_bytes", *args)
-    _expect_bytes(got, reference.kv_cache_bytes(*args), call, bugs.kv_cache_bytes(*args), "the reference")
+    expect_int(got, reference.kv_cache_bytes(*args), call, bugs.kv_cache_bytes(*args), "the reference")
 
 
 @exercise("kv_cache_bytes")
@@ -475,13 +461,13 @@ def test_cache_shrinks_by_the_group_size(submission, bugs):
     """32 query heads: MHA (32 K/V heads), GQA with 8 and 4, MQA (1) cache 1, 1/4, 1/8 and 1/32 as much"""
     num_query_heads, config = 32, (1, 8192, 32)  # batch, tokens, layers of a LLaMA-3-8B-like model
     mha, call = run(submission, "kv_cache_bytes", *config, num_query_heads, 128, torch.bfloat16)
-    _expect_bytes(mha, oracles.cache_bytes(*config, num_query_heads, 128, torch.bfloat16), call,
+    expect_int(mha, oracles.cache_bytes(*config, num_query_heads, 128, torch.bfloat16), call,
                   bugs.kv_cache_bytes(*config, num_query_heads, 128, torch.bfloat16),
                   "2 x B x T x layers x H_kv x d x 2 bytes")
     for num_kv_heads in (8, 4, 1):
         got, call = run(submission, "kv_cache_bytes", *config, num_kv_heads, 128, torch.bfloat16)
         group = num_query_heads // num_kv_heads
-        _expect_bytes(got, mha // group, call, bugs.kv_cache_bytes(*config, num_kv_heads, 128, torch.bfloat16),
+        expect_int(got, mha // group, call, bugs.kv_cache_bytes(*config, num_kv_heads, 128, torch.bfloat16),
                       f"your MHA cache of {mha} bytes / {group}: {group} query heads share each K/V head")
 
 

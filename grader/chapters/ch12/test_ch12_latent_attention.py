@@ -34,6 +34,7 @@ from grader.checks import (
     Oracles,
     case_ids,
     exercise,
+    expect_int,
     expect_finite,
     expect_gradients,
     expect_module_matches_reference,
@@ -44,8 +45,6 @@ from grader.checks import (
     run_module,
 )
 from grader.compare import (
-    CheckFailure,
-    Compared,
     describe,
     expect_close,
     expect_true,
@@ -347,25 +346,13 @@ CACHE_CASES = [
 ]
 
 
-def _expect_bytes(got, expected: int, call: str, lookalikes, reference: str) -> None:
-    """An int equal to ``expected``; a known bug's hint when it gives the same wrong value."""
-    def hint():
-        return next((h for h, wrong in lookalikes() if type(wrong) is type(got) and wrong == got), None)
-
-    if type(got) is not int or got != expected:
-        message = (f"{call} returned {describe(got)}, expected an int ({expected})" if type(got) is not int else
-                   f"{call} returned {got}, expected {expected} ({reference})")
-        found = hint()
-        raise CheckFailure(message, hint=found, compared=None if found else Compared(got, expected))
-
-
 @exercise("latent_cache_bytes")
 @pytest.mark.parametrize("case", CACHE_CASES, ids=case_ids(CACHE_CASES))
 def test_cache_bytes_follow_the_formula(submission, bugs, case):
     """equals batch x seq_len x layers x (d_c + d_R) x bytes per number"""
     args = case[1:]
     got, call = run(submission, "latent_cache_bytes", *args)
-    _expect_bytes(got, oracles.cache_bytes(*args), call, bugs.latent_cache_bytes(*args),
+    expect_int(got, oracles.cache_bytes(*args), call, bugs.latent_cache_bytes(*args),
                   f"B x T x layers x (d_c + d_R) x {args[-1].itemsize} bytes")
 
 
@@ -375,7 +362,7 @@ def test_cache_bytes_match_reference(submission, reference, bugs, case):
     """matches the reference"""
     args = case[1:]
     got, call = run(submission, "latent_cache_bytes", *args)
-    _expect_bytes(got, reference.latent_cache_bytes(*args), call, bugs.latent_cache_bytes(*args), "the reference")
+    expect_int(got, reference.latent_cache_bytes(*args), call, bugs.latent_cache_bytes(*args), "the reference")
 
 
 @exercise("latent_cache_bytes")
@@ -384,7 +371,7 @@ def test_cache_is_576_of_mhas_32768_numbers_for_deepseek_v2(submission, bugs):
     args = (1, 4096, 60, 128, 128, 512, 64, torch.bfloat16)
     got, call = run(submission, "latent_cache_bytes", *args)
     mha = oracles.mha_cache_bytes(1, 4096, 60, 128, 128, torch.bfloat16)
-    _expect_bytes(got, mha * 576 // 32768, call, bugs.latent_cache_bytes(*args),
+    expect_int(got, mha * 576 // 32768, call, bugs.latent_cache_bytes(*args),
                   f"576 / 32768 of multi-head attention's {mha} bytes (chapter 6: 2 x H x d_h = 32768 numbers a "
                   f"token a layer; MLA: d_c + d_R = 576)")
 
@@ -395,7 +382,7 @@ def test_cache_bytes_do_not_depend_on_the_heads(submission, bugs):
     for num_heads, head_dim in ((1, 64), (8, 128), (128, 128)):
         args = (2, 100, 4, num_heads, head_dim, 512, 64, torch.bfloat16)
         got, call = run(submission, "latent_cache_bytes", *args)
-        _expect_bytes(got, oracles.cache_bytes(*args), call, bugs.latent_cache_bytes(*args),
+        expect_int(got, oracles.cache_bytes(*args), call, bugs.latent_cache_bytes(*args),
                       "the same for every number of heads: B x T x layers x (d_c + d_R) x 2 bytes")
 
 
