@@ -810,10 +810,10 @@ def _follows(shares: torch.Tensor, probabilities: torch.Tensor) -> bool:
     return not bool(removed_drawn.any()) and bool(((shares - probabilities).abs() <= _allowed(probabilities)).all())
 
 
-def _misreadings(logits, temperature, top_k, top_p) -> list[tuple[str, torch.Tensor]]:
+def _misreadings(logits, temperature, top_k, top_p, right) -> list[tuple[str, torch.Tensor]]:
     """``(known bug, (2, V) distribution)`` for each misreading of the filters this case can
-    tell from the right one. Asked on every run, failed or not: the student edition answers
-    only the oracle calls that grading the reference made."""
+    tell from ``right``, the right one. Asked on every run, failed or not: the student
+    edition answers only the oracle calls that grading the reference made."""
     rows = logits[:2]
     asked = [("temperature-multiplied", (rows, 1 / temperature, top_k, top_p), {}),
              ("greedy", (rows, 1.0, 1, None), {})]
@@ -821,7 +821,6 @@ def _misreadings(logits, temperature, top_k, top_p) -> list[tuple[str, torch.Ten
         asked.append(("top-k-keeps-one-too-few", (rows, temperature, top_k - 1, top_p), {}))
     if top_p is not None:
         asked.append(("top-p-drops-the-crossing-token", (rows, temperature, top_k, top_p), {"crossing_kept": False}))
-    right = oracles.sampling_distribution(rows, temperature, top_k, top_p)
     found = [(name, oracles.sampling_distribution(*args, **kwargs)) for name, args, kwargs in asked]
     return [(name, wrong) for name, wrong in found if not _follows(wrong, right)]
 
@@ -853,7 +852,7 @@ def test_sampling_draws_from_the_filtered_softmax(submission, bugs, inputs, case
     tokens = _drawn(got, call, len(LOGITS), matching_hint(got, lookalikes))
     shares = _shares(tokens, len(LOGITS))
     expected = oracles.sampling_distribution(logits[:2], temperature, top_k, top_p)  # (2, V)
-    misreadings = _misreadings(logits, temperature, top_k, top_p)
+    misreadings = _misreadings(logits, temperature, top_k, top_p, expected)
     if _follows(shares, expected):
         return
     hint = matching_hint(got, lookalikes) or _sampling_misreading(shares, misreadings)
