@@ -81,6 +81,31 @@ NO_KEY = ("is every key of that query masked? Softmax over only -inf is NaN: a q
           "to attend to gets zero weights (and True in a mask means it may attend)")
 
 
+def keys_text(row: torch.Tensor) -> str:
+    """The keys one row ``(S,)`` of a boolean mask lets its query see: ``keys [0, 2]``."""
+    keys = torch.nonzero(row).flatten().tolist()
+    return "no key" if not keys else "keys [" + ", ".join(map(str, keys)) + "]"
+
+
+def expect_mask(got, expected: torch.Tensor, call: str, lookalikes=None,
+                reference: str = "the reference") -> None:
+    """A boolean (L, S) mask equal to ``expected``; on a mismatch, say which
+    keys the first wrong row lets its query see."""
+    try:
+        expect_close(got, expected, call, lookalikes=lookalikes, reference=reference)
+    except CheckFailure as failure:
+        if failure.kind != Failure.MISMATCH or not isinstance(got, torch.Tensor) or got.dim() != 2:
+            raise
+        if tuple(got.shape) != tuple(expected.shape) or got.dtype != torch.bool:
+            raise
+        got = got.cpu()
+        wrong_rows = torch.nonzero((got != expected).any(dim=-1)).flatten().tolist()
+        row = wrong_rows[0]
+        fail(f"{call}: row {row} lets query {row} see {keys_text(got[row])}, expected "
+             f"{keys_text(expected[row])} ({len(wrong_rows)} of {len(expected)} rows differ "
+             f"from {reference})", hint=failure.hint)
+
+
 def expect_int(got, expected: int, call: str, lookalikes, reference: str) -> None:
     """An int equal to ``expected`` (a count of bytes, say); a known bug's hint
     when it gives the same wrong value. Without one, the answer goes with the

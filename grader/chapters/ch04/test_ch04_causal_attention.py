@@ -12,6 +12,8 @@ import torch
 from grader.checks import (
     case_ids,
     exercise,
+    expect_mask,
+    keys_text,
     expect_finite,
     expect_gradients,
     NO_KEY,
@@ -22,7 +24,6 @@ from grader.checks import (
     run_with_gradients,
 )
 from grader.compare import (
-    CheckFailure,
     describe,
     expect_close,
     expect_like,
@@ -32,7 +33,6 @@ from grader.compare import (
     matching_hint,
     unpack,
 )
-from grader.outcomes import Failure
 
 oracles = Oracles("ch04")
 
@@ -43,30 +43,6 @@ LOW_PRECISION = {torch.float16: (1e-2, 5e-3), torch.bfloat16: (2e-2, 5e-2)}
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-def _keys_text(row: torch.Tensor) -> str:
-    keys = torch.nonzero(row).flatten().tolist()
-    return "no key" if not keys else "keys [" + ", ".join(map(str, keys)) + "]"
-
-
-def _expect_mask(got, expected: torch.Tensor, call: str, lookalikes=None,
-                 reference: str = "the reference") -> None:
-    """A boolean (L, S) mask equal to ``expected``; on a mismatch, say which
-    keys the first wrong row lets its query see."""
-    try:
-        expect_close(got, expected, call, lookalikes=lookalikes, reference=reference)
-    except CheckFailure as failure:
-        if failure.kind != Failure.MISMATCH or not isinstance(got, torch.Tensor) or got.dim() != 2:
-            raise
-        if tuple(got.shape) != tuple(expected.shape) or got.dtype != torch.bool:
-            raise
-        got = got.cpu()
-        wrong_rows = torch.nonzero((got != expected).any(dim=-1)).flatten().tolist()
-        row = wrong_rows[0]
-        fail(f"{call}: row {row} lets query {row} see {_keys_text(got[row])}, expected "
-             f"{_keys_text(expected[row])} ({len(wrong_rows)} of {len(expected)} rows differ "
-             f"from {reference})", hint=failure.hint)
 
 
 def _tokens(start: int, stop: int) -> str:
@@ -136,7 +112,7 @@ def test_causal_mask_matches_reference(submission, reference, bugs, case):
     """matches the reference"""
     args = _mask_args(*case[1:])
     got, call = run(submission, "causal_mask", *args, device=submission.device)
-    _expect_mask(got, reference.causal_mask(*args), call, bugs.causal_mask(*args))
+    expect_mask(got, reference.causal_mask(*args), call, bugs.causal_mask(*args))
 
 
 @exercise("causal_mask")
@@ -146,7 +122,7 @@ def test_causal_mask_matches_tril(submission, case):
     _, num_queries, num_keys = case
     num_keys = num_queries if num_keys is None else num_keys
     got, call = run(submission, "causal_mask", num_queries, num_keys, device=submission.device)
-    _expect_mask(got, oracles.causal_mask(num_queries, num_keys), call, reference="tril(S - L)")
+    expect_mask(got, oracles.causal_mask(num_queries, num_keys), call, reference="tril(S - L)")
 
 
 @exercise("causal_mask")
@@ -176,7 +152,7 @@ def test_causal_mask_newest_query_sees_every_key(submission, bugs, num_queries, 
     expect_like(got, oracles.causal_mask(num_queries, num_keys), call)
     last = got[-1].cpu()
     if not bool(last.all()):
-        fail(f"{call}: the last query sees {_keys_text(last)} of {num_keys}; it is the newest "
+        fail(f"{call}: the last query sees {keys_text(last)} of {num_keys}; it is the newest "
              f"token (position {num_keys - 1}) and must see them all", hint=matching_hint(got, lookalikes))
 
 

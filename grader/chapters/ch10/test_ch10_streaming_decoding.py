@@ -33,6 +33,7 @@ from grader.checks import (
     Oracles,
     case_ids,
     exercise,
+    expect_mask,
     portability_check,
     portable,
     run,
@@ -57,27 +58,6 @@ HUGE_COUNT = 10**9 + 7  # tokens decoded before a step: a tensor of that many in
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-def _keys_text(row: torch.Tensor) -> str:
-    keys = torch.nonzero(row).flatten().tolist()
-    return "no key" if not keys else "keys [" + ", ".join(map(str, keys)) + "]"
-
-
-def _expect_mask(got, expected: torch.Tensor, call: str, lookalikes=None, reference: str = "the reference"):
-    """A bool (L, S) mask equal to ``expected``; on a mismatch, which keys the
-    first wrong row lets its query see."""
-    try:
-        expect_close(got, expected, call, lookalikes=lookalikes, reference=reference)
-    except CheckFailure as failure:
-        if failure.kind != Failure.MISMATCH or not isinstance(got, torch.Tensor) or got.dim() != 2 \
-                or tuple(got.shape) != tuple(expected.shape) or got.dtype != torch.bool:
-            raise
-        got = got.cpu()
-        wrong = torch.nonzero((got != expected).any(dim=-1)).flatten().tolist()
-        row = wrong[0]
-        fail(f"{call}: row {row} lets query {row} see {_keys_text(got[row])}, expected {_keys_text(expected[row])} "
-             f"({len(wrong)} of {len(expected)} rows differ from {reference})", hint=failure.hint)
 
 
 def _at(lookalikes, *path):
@@ -128,7 +108,7 @@ def test_sliding_window_mask_matches_reference(submission, reference, bugs, case
     """matches the reference: windows of 1 to more than the keys, sinks, L != S"""
     _, num_queries, num_keys, window, sinks = case
     got, call = run(submission, "sliding_window_mask", num_queries, num_keys, window, sinks)
-    _expect_mask(got, reference.sliding_window_mask(num_queries, num_keys, window, sinks), call,
+    expect_mask(got, reference.sliding_window_mask(num_queries, num_keys, window, sinks), call,
                  lookalikes=bugs.sliding_window_mask(num_queries, num_keys, window, sinks))
 
 
@@ -138,7 +118,7 @@ def test_sliding_window_mask_equals_the_rule(submission, case):
     """lets query i (at position p = i + S - L) see key j when j <= p and (j > p - W or j < sinks)"""
     _, num_queries, num_keys, window, sinks = case
     got, call = run(submission, "sliding_window_mask", num_queries, num_keys, window, sinks=sinks)
-    _expect_mask(got, oracles.sliding_window_mask(num_queries, num_keys, window, sinks), call,
+    expect_mask(got, oracles.sliding_window_mask(num_queries, num_keys, window, sinks), call,
                  reference="the rule checked key by key")
 
 
@@ -148,7 +128,7 @@ def test_sliding_window_mask_as_wide_as_the_keys_is_causal(submission, shape):
     """with a window as wide as the keys and no sinks, is chapter 4's bottom-right causal mask"""
     num_queries, num_keys = shape
     got, call = run(submission, "sliding_window_mask", num_queries, num_keys, num_keys)
-    _expect_mask(got, oracles.causal_mask(num_queries, num_keys), call,
+    expect_mask(got, oracles.causal_mask(num_queries, num_keys), call,
                  reference="chapter 4's causal mask (tril with offset S - L)")
 
 
