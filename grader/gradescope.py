@@ -19,28 +19,14 @@ none of them (a submitted notebook is read with nbformat alone).
 
 ``main`` (``python -m grader.gradescope ROOT``) is what ``run_autograder``
 calls. It finds the chapter files in ``ROOT/submission`` (``finding.find_chapters``,
-the rule ``mha-course batch`` and ``grade --dir`` follow too), grades them, and writes
+the rule ``mha-course batch`` and ``grade --dir`` follow too), grades them
+as every hosted platform does (``hosted.grade_folder``: the sandbox, the
+unprivileged account ``setup.sh`` creates, which Gradescope's best practices
+ask for, and why the submission cannot forge its verdict), and writes
 ``ROOT/results/results.json``, always: an empty or unreadable submission
 still gets a results.json that says what was expected, and its output names
-the file graded for each chapter and why that one. The submission's code
-cannot forge it:
-
-- student code runs only in workers, whose fork servers come from a copy
-  of this process forked before it read any check, reference or known bug
-  (``sandbox.clean_parent``): no worker holds them in its memory;
-- this process writes results.json last, after every worker has stopped,
-  replacing whatever is at that path (a file, a link or a folder a
-  submission left);
-- it adopts the orphans of its workers (``PR_SET_CHILD_SUBREAPER``) and
-  kills them before writing, so a process a submission forked cannot
-  overwrite the verdict afterwards;
-- run as root (as on Gradescope), every worker first becomes the
-  unprivileged account ``setup.sh`` creates (Gradescope's best practices ask
-  autograders to drop root themselves): it can then write neither the
-  results nor the grader's files, nor read the reference solutions, nor
-  signal this process;
-- if this process dies anyway, ``run_autograder`` replaces results.json
-  with a score of 0 that says so.
+the file graded for each chapter and why that one. If this process dies
+anyway, ``run_autograder`` replaces results.json with a score of 0 that says so.
 
 Run outside Gradescope (``AUTOGRADER_ROOT=folder bash folder/source/run_autograder``),
 the bundle needs what ``setup.sh`` installs: run setup.sh first (as root; it
@@ -55,14 +41,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
-import pwd
-import secrets
-import shutil
 import sys
 import tempfile
-import time
 import traceback
 import zipfile
 from collections.abc import Sequence
@@ -70,10 +51,10 @@ from pathlib import Path
 
 from grader import reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter, gradescope_test_name
-from grader.finding import Found, find_chapters
+from grader.finding import Found
+from grader.hosted import SECRETS, STUDENT_USER, grade_folder, write_results
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
-STUDENT_USER = "mha-student"  # the account setup.sh creates for student code
 VENV = "/opt/mha-course/venv"  # where setup.sh installs the course and torch
 
 # The two scripts are templates in grader/templates/, where a shell linter and
@@ -119,6 +100,7 @@ def bundle_scripts(chapters: tuple[Chapter, ...] | list[Chapter] = CHAPTERS,
         "@TIMEOUT@": f"{timeout:g}",
         "@STUDENT_USER@": STUDENT_USER,
         "@VENV@": VENV,
+        "@SECRETS@": " ".join(f'"$source_dir/{path}"' for path in SECRETS),
     }
     scripts = {}
     for name in SCRIPTS:
@@ -176,73 +158,7 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
     return sorted(entries)
 
 
-# -- keeping student code in its place ------------------------------------------------
-
-
-def _worker_account(user: str) -> tuple[tuple[int, int] | None, str]:
-    """The account the workers run as: ``user``'s ``(uid, gid)`` when this
-    process is root and that account can run Python, else None (this
-    process's own); and a line for the log ("" when this process is not root).
-
-    A worker changes user before it runs any student statement; one that
-    cannot ends at once instead of going on as root (``sandbox.fork_server``).
-    """
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None, ""
-    try:
-        account = pwd.getpwnam(user)
-    except KeyError:
-        return None, f"warning: student code runs as root: no account {user!r} (setup.sh creates it)"
-    uid, gid = account.pw_uid, account.pw_gid
-    if not _can_run_python(uid, gid):
-        return None, (f"warning: student code runs as root: {user} cannot read Python's or "
-                      "torch's files, which workers may import from")
-    return (uid, gid), f"student code runs as {user}"
-
-
-def _can_run_python(uid: int, gid: int) -> bool:
-    """Whether the account can list the folders of Python's standard library
-    and of torch: a worker imports from them lazily (a codec, a submodule),
-    and one that cannot would fail every exercise. (Python installed under
-    a private home folder, as pyenv does, fails this.)"""
-    import torch
-
-    folders = [os.path.dirname(os.__file__), os.path.dirname(torch.__file__)]
-    pid = os.fork()
-    if pid == 0:  # the probe: become the account, look, report by exit status
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            for folder in folders:
-                os.listdir(folder)
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
-
 # -- results.json ---------------------------------------------------------------------
-
-
-def write_results(path: Path, results: dict) -> None:
-    """Write ``results`` to ``path`` whatever a submission put there: the
-    JSON goes to a fresh file beside it, renamed over the old path (a file,
-    or a link, which is replaced and not followed); a folder is removed."""
-    folder = path.parent
-    if folder.is_symlink():
-        folder.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".results-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        json.dump(results, file, indent=2)
-        file.write("\n")
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
 
 
 def expected_files(chapters) -> str:
@@ -331,56 +247,9 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
                      student_user: str = STUDENT_USER, log=print) -> dict:
     """Grade ``root/submission`` and write ``root/results/results.json``;
     returns what was written."""
-    started = time.perf_counter()
-    seed = secrets.randbelow(2**31)
-    submission, results_path = root / "submission", root / "results" / "results.json"
-    found = find_chapters(submission, chapters) if submission.is_dir() else Found()
-    report = None
-    if found.chosen:
-        # Everything the verdict needs is imported before any student code
-        # runs, torch included: workers fork from a warm process. That
-        # process, the clean parent, is forked before the grading modules are
-        # imported: no worker holds what they read (checks, reference, bugs).
-        import torch
-
-        from grader.isolation import missing
-        from grader.sandbox import Limits, clean_parent, layers
-        from grader.side_by_side import default_processes
-
-        processes = min(default_processes(), len(found.chosen))
-        work = Path(tempfile.mkdtemp(prefix="mha-course-"))
-        try:
-            with clean_parent(processes):
-                import grader.report  # noqa: F401 - used by _results, after the workers
-                from grader.grading import grade
-
-                # The files under their exercise names, side by side in a folder
-                # of their own: a chapter may import an earlier chapter's file.
-                targets = []
-                for chapter in chapters:
-                    if chapter.id in found.chosen:
-                        source = found.chosen[chapter.id]
-                        copy = work / f"{chapter.module}{source.suffix}"
-                        shutil.copyfile(source, copy)
-                        targets.append((chapter, copy))
-                # Workers read a copy of these (the sandbox stages them) and write a
-                # scratch folder of their own: this folder stays root's.
-                account, line = _worker_account(student_user)
-                if line:
-                    log(line)
-                log(missing(layers()) or "sandbox: Landlock, seccomp and rlimits in every worker")
-                limits = Limits.per_check(timeout)
-                report = grade(targets, torch.device("cpu"), limits, seed, jobs=processes, account=account)
-                report.sources = found.sources()  # named as the student knows them, not as copied
-        finally:
-            stopped = reaping.stop_descendants()
-            if stopped:
-                log(f"stopped {stopped} process(es) the submission left running")
-            shutil.rmtree(work, ignore_errors=True)
-    if report is not None:
-        seed = report.seed  # the one grading used (an edition picks a recorded one)
-    results = _results(found, chapters, report, visibility, seed, time.perf_counter() - started)
-    write_results(results_path, results)  # last: no student code runs after this
+    graded = grade_folder(root / "submission", chapters, timeout, student_user, log)
+    results = _results(graded.found, chapters, graded.report, visibility, graded.seed, graded.seconds)
+    write_results(root / "results" / "results.json", results)  # last: no student code runs after this
     return results
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NO_SUCH_CHAPTER
-from grader import batch, class_folder, gradescope, reaping
+from grader import batch, class_folder, gradescope, hosted, reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, UnknownChapter, chapter_in_name, find_chapter
 from grader.finding import MAX_FOLDER_DEPTH, chapter_choice, find_chapters, submission_files
 from grader.gradescope import missing_reason, with_missing_chapters
@@ -162,7 +162,7 @@ def checks_pass(monkeypatch):
     monkeypatch.setattr("grader.grading.grade", grade)
     # Gradescope's runner changes user and stops what a submission left
     # running: not in the test's own process.
-    monkeypatch.setattr(gradescope, "_worker_account", lambda user: (None, ""))
+    monkeypatch.setattr(hosted, "worker_account", lambda user: (None, ""))
     monkeypatch.setattr(reaping, "stop_descendants", lambda *args, **kwargs: 0)
     return checks_pass
 

@@ -224,7 +224,7 @@ except OSError:
 
 
 def test_as_root_student_code_runs_as_an_unprivileged_account(bundle, tmp_path):
-    from grader.gradescope import _can_run_python
+    from grader.hosted import can_run_python
 
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("only root can change user")
@@ -232,7 +232,7 @@ def test_as_root_student_code_runs_as_an_unprivileged_account(bundle, tmp_path):
         nobody = pwd.getpwnam("nobody")
     except KeyError:
         pytest.skip("no account nobody")
-    if not _can_run_python(nobody.pw_uid, nobody.pw_gid):
+    if not can_run_python(nobody.pw_uid, nobody.pw_gid):
         pytest.skip("nobody cannot read this Python's files (installed in a private home folder?)")
     root = gradescope_root(bundle, tmp_path / "autograder")
     # softmax is right only when it does not run as root.

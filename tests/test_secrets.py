@@ -363,7 +363,8 @@ def test_the_gradescope_bundle_keeps_every_secret_out_of_its_workers(tmp_path):
     """Graded as Gradescope grades: run_autograder, as root where the tests
     run as root; workers then run as another account where this machine's
     Python lets one run it."""
-    from grader.gradescope import _can_run_python, write_bundle
+    from grader.gradescope import write_bundle
+    from grader.hosted import can_run_python
 
     bundle = tmp_path / "autograder.zip"
     write_bundle(bundle)
@@ -379,7 +380,7 @@ def test_the_gradescope_bundle_keeps_every_secret_out_of_its_workers(tmp_path):
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         with contextlib.suppress(KeyError):
             nobody = pwd.getpwnam("nobody")
-            with_account = _can_run_python(nobody.pw_uid, nobody.pw_gid)
+            with_account = can_run_python(nobody.pw_uid, nobody.pw_gid)
     if with_account:
         env["MHA_COURSE_STUDENT_USER"] = "nobody"
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env,

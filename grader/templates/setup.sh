@@ -32,9 +32,8 @@ id -u "$student" >/dev/null 2>&1 || useradd --system --no-create-home --shell /u
 chown -R root:root "$source_dir"
 chmod -R u=rwX,go=rX "$source_dir"
 # The reference, and every chapter's checks, known bugs and oracles (with
-# what the chapters' checks and oracles share).
-chmod -R go= "$source_dir/solutions" "$source_dir/grader/chapters" \
-    "$source_dir/grader/checks.py" "$source_dir/grader/oracles.py"
+# what the chapters' checks and oracles share: grader/hosted.py's SECRETS).
+chmod -R go= @SECRETS@
 
 # Fail the image build now, not at the first submission: the reference
 # solutions must get full marks here.
