@@ -100,7 +100,7 @@ def bundle_scripts(chapters: tuple[Chapter, ...] | list[Chapter] = CHAPTERS,
         "@TIMEOUT@": f"{timeout:g}",
         "@STUDENT_USER@": STUDENT_USER,
         "@VENV@": VENV,
-        "@SECRETS@": " ".join(f'"$source_dir/{path}"' for path in SECRETS),
+        "@SECRETS@": " ".join(SECRETS),
     }
     scripts = {}
     for name in SCRIPTS:
@@ -201,7 +201,7 @@ def with_missing_chapters(results: dict, chapters: Sequence[Chapter],
             "max_score": sum(test["max_score"] for test in tests), "tests": tests}
 
 
-def _results(found: Found, chapters, report, visibility: str, seed: int, seconds: float) -> dict:
+def gradescope_results(found: Found, chapters, report, visibility: str, seed: int, seconds: float) -> dict:
     """Gradescope's results.json: every exercise of the assignment's chapters,
     the ones with no file at 0 points saying so, and an ``output`` on top
     that says which file was graded for each chapter and why.
@@ -248,7 +248,7 @@ def grade_submission(root: Path, chapters, visibility: str = "visible", timeout:
     """Grade ``root/submission`` and write ``root/results/results.json``;
     returns what was written."""
     graded = grade_folder(root / "submission", chapters, timeout, student_user, log)
-    results = _results(graded.found, chapters, graded.report, visibility, graded.seed, graded.seconds)
+    results = gradescope_results(graded.found, chapters, graded.report, visibility, graded.seed, graded.seconds)
     write_results(root / "results" / "results.json", results)  # last: no student code runs after this
     return results
 

@@ -1,5 +1,5 @@
 """The instructor's commands of ``mha-course``: ``verify``, ``batch``,
-``release``, ``gradescope`` and ``build``. They register on ``grader.app``'s
+``release``, ``gradescope``, ``prairielearn`` and ``build``. They register on ``grader.app``'s
 app (``grader.cli`` imports this module to have them), hidden in the student
 edition, which answers them in one line since they need solutions/ or tests/.
 """
@@ -230,6 +230,45 @@ def gradescope(
     points = sum(c.points for c in chapters)
     stdout.print(f"wrote {out}: {len(names)} files; grades {', '.join(c.id for c in chapters)} "
                  f"({points} points), results {visibility.value}.", highlight=False, soft_wrap=True)
+
+
+@instructor_command
+def prairielearn(
+    out: Annotated[Path, typer.Argument(
+        metavar="OUT", help="A new or empty folder for the image's Dockerfile, the grader "
+        "(serverFilesCourse/) and the questions.", show_default=False)],
+    chapter: Annotated[list[str] | None, typer.Option(
+        "--chapter", "-c", metavar="<chapter>", help="A chapter to make a question of (repeat the "
+        "option for several).  \\[default: every chapter]", show_default=False)] = None,
+    image: Annotated[str, typer.Option(
+        metavar="<name>", help="The grading image's name on Docker Hub, which the questions use.")] = "mha-course/grader",
+    timeout: Timeout = 10.0,
+) -> None:
+    """Write what PrairieLearn's external grader needs (for instructors).
+
+    The grading image's Dockerfile, the grader to copy into the course's
+    serverFilesCourse/, and one question a chapter; OUT/README.md says how to
+    deploy them."""
+    from grader.gradescope import BundleError
+    from grader.prairielearn import write_course
+
+    if out.exists() and not out.is_dir():
+        usage_error(f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        usage_error(f"{out} is not empty: choose a new or empty folder (nothing in it is replaced)")
+    if not out.parent.is_dir():
+        usage_error(f"no such directory: {out.parent}")
+    if out.resolve().is_relative_to(COURSE_ROOT.resolve()):
+        usage_error(f"{out} is inside the course: choose a folder outside it")
+    chapters = _chapters(chapter)
+    try:
+        names = write_course(out, chapters, image, timeout)
+    except BundleError as error:
+        usage_error(str(error))
+    except OSError as error:
+        usage_error(f"cannot write {out}: {error.strerror or error}")
+    stdout.print(f"wrote {out}: {len(names)} files; questions {', '.join(c.id for c in chapters)}, "
+                 f"image {image}; next steps in {out / 'README.md'}.", highlight=False, soft_wrap=True)
 
 
 @instructor_command

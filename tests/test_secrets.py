@@ -397,7 +397,8 @@ def test_what_a_worker_inherits_imports_no_secret():
     worker, the sandbox, the fork server, the command line, a batch's and
     Gradescope's modules) is neither a check, an oracle, a known bug, a
     reference nor the recordings' reader, nor does it import one."""
-    code = ("import sys, grader.batch, grader.cli, grader.gradescope, grader.sandbox, grader.watching; "
+    code = ("import sys, grader.batch, grader.cli, grader.gradescope, grader.hosted, grader.prairielearn, "
+            "grader.sandbox, grader.watching; "
             "print('\\n'.join(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=COURSE_ROOT, capture_output=True, text=True,
                           timeout=120, check=True)

@@ -33,7 +33,7 @@ chown -R root:root "$source_dir"
 chmod -R u=rwX,go=rX "$source_dir"
 # The reference, and every chapter's checks, known bugs and oracles (with
 # what the chapters' checks and oracles share: grader/hosted.py's SECRETS).
-chmod -R go= @SECRETS@
+(cd "$source_dir" && chmod -R go= @SECRETS@)
 
 # Fail the image build now, not at the first submission: the reference
 # solutions must get full marks here.
