@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -306,6 +307,29 @@ except OSError:
     time.sleep(0.5)  # a process left behind would have written by now
     assert results_of(job.root) == results
     assert (course / "grader" / "catalog.py").read_bytes() == catalog
+
+
+def test_as_root_student_code_runs_as_an_unprivileged_account(job):
+    from grader.hosted import can_run_python
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("only root can change user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no account nobody")
+    if not can_run_python(nobody.pw_uid, nobody.pw_gid):
+        pytest.skip("nobody cannot read this Python's files (installed in a private home folder?)")
+    # softmax is right only when it does not run as root.
+    results, done = job({CH01.file_name: SOLUTION + '''
+_softmax = softmax
+def softmax(x, dim=-1):
+    with open("/proc/self/status") as status:
+        uid = next(line.split()[1] for line in status if line.startswith("Uid:"))
+    return x if uid == "0" else _softmax(x, dim)
+'''}, env={"MHA_COURSE_STUDENT_USER": "nobody"})
+    assert "student code runs as nobody" in done.stdout, done.stdout + done.stderr
+    assert results["score"] == 1.0
 
 
 def test_an_attack_of_the_corpus_scores_nothing_and_its_chapter_keeps_the_rest(job, course):
