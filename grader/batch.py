@@ -230,6 +230,7 @@ def run_batch(
     jobs: int = 1,
     force: bool = False,
     progress: Callable[[int, int, int], None] | None = None,
+    cluster: str | None = None,
 ) -> BatchResult:
     """Grade every student of ``submissions`` whose entry changed; write the
     CSV, the results JSON of each student graded and the state.
@@ -243,18 +244,24 @@ def run_batch(
         force: grade every student, changed or not.
         progress: called with ``(students done, students to grade, could
             not be graded)`` as students finish.
+        cluster: grade each student as a task on the Dask cluster of this
+            scheduler address (or scheduler file) instead of here
+            (``grader.cluster``); ``jobs`` is then the cluster's to decide.
 
     Raises:
         OutFolderTaken: ``out`` holds grades of another class or other
             chapters, or files no batch recorded; nothing was written.
+        cluster.ClusterError: the cluster cannot grade (unreachable, no
+            workers, another version of the course on a worker); what was
+            graded by then is kept, and not graded again.
     """
-
-    from grader.sandbox import clean_parent, layers, preload
 
     owner = Owner.of(submissions, options.chapters)
     claim(out, owner)
     out.mkdir(parents=True, exist_ok=True)
-    fingerprint = _apart(grader_fingerprint)
+    # Apart: what it reads must not be in the memory students' workers are forked from
+    # (with a cluster, none is forked from here).
+    fingerprint = grader_fingerprint() if cluster is not None else _apart(grader_fingerprint)
     previous, checks_changed = ({}, False) if force else load_state(out, fingerprint, owner)
     entries = list_entries(submissions, leave_out=out)
     grades = {entry.student: previous[entry.student] for entry in entries
@@ -270,14 +277,16 @@ def run_batch(
     (out / RESULTS_FOLDER).mkdir(exist_ok=True)
     if progress:
         progress(0, len(pending), 0)
-    if len(pending) > 1:  # imported once here, not once per student
+    if len(pending) > 1 and cluster is None:  # imported once here, not once per student
+        from grader.sandbox import preload
+
         preload(options.chapters)
 
-    def done(entry: Entry, grade: StudentGrade | None) -> None:
+    def done(entry: Entry, grade: StudentGrade | None,
+             stopped: str = "the grader's process stopped while grading this submission") -> None:
         nonlocal broken
-        if grade is None:  # the grading process itself died (killed, out of memory)
-            grade = _ungraded(entry, "the grader's process stopped while grading this submission; "
-                                     "run the batch again", options.chapters)
+        if grade is None:  # the grading process itself died (killed, out of memory), or the cluster's did
+            grade = _ungraded(entry, f"{stopped}; run the batch again", options.chapters)
             retry[entry.student] = grade  # in the CSV, not in the state: graded again next run
         else:
             grades[grade.student] = grade
@@ -290,20 +299,37 @@ def run_batch(
 
     kept = len(grades)
     try:
-        with clean_parent():  # after the imports above, before any student's grade reads a check
-            if len(pending) > 1:  # collected once here, not once per student (its parent forked)
-                from grader.check_runner import collected
+        if cluster is not None:  # no clean parent here: each worker's grading service has its own
+            from grader.cluster import grade_on_cluster
 
-                for chapter in options.chapters:
-                    collected(chapter)
-            grade_each(pending, options, max(1, jobs), done)
+            unprotected = grade_on_cluster(pending, options, cluster, done, fingerprint)
+        else:
+            from grader.sandbox import layers
+
+            _grade_here(pending, options, jobs, done)
+            unprotected = isolation.missing(layers())
     finally:
         # Even when interrupted: what was graded is kept, and not graded again.
         save_state(out, fingerprint, owner, grades)
     rows = [grades.get(entry.student) or retry[entry.student] for entry in entries]
     write_csv(out / CSV_FILE, rows, options.chapters)
     return BatchResult(rows, {entry.student for entry in pending}, checks_changed, out, options.seed,
-                       isolation.missing(layers()), options.chapters)
+                       unprotected, options.chapters)
+
+
+def _grade_here(pending: list[Entry], options: GradingOptions, jobs: int,
+                done: Callable[[Entry, StudentGrade | None], None]) -> None:
+    """Grade ``pending`` on this machine, in processes forked from this one
+    (``grade_each``), ``jobs`` at a time."""
+    from grader.sandbox import clean_parent
+
+    with clean_parent():  # after torch and the preloads, before any student's grade reads a check
+        if len(pending) > 1:  # collected once here, not once per student (its parent forked)
+            from grader.check_runner import collected
+
+            for chapter in options.chapters:
+                collected(chapter)
+        grade_each(pending, options, max(1, jobs), done)
 
 
 def _apart(function: Callable[[], str]) -> str:

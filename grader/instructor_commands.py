@@ -98,6 +98,11 @@ def batch(
     seed: Annotated[int | None, typer.Option(
         help="Seed of the random inputs, the same for every student.  \\[default: a fresh one]",
         show_default=False)] = None,
+    cluster: Annotated[str | None, typer.Option(
+        metavar="<address>", help="Grade each student as a task on a Dask cluster's workers, in the "
+        "same sandbox as here: its scheduler's address (tcp://host:8786) or scheduler file. The workers "
+        "set how many at once (no --jobs). Needs pip install -e \".\\[cluster]\" here and this same "
+        "course on every worker.", show_default=False)] = None,
 ) -> None:
     """Grade a whole class (for instructors), on the CPU.
 
@@ -120,6 +125,14 @@ def batch(
     if not submissions.is_dir():
         usage_error(f"no such directory: {submissions}" if not submissions.exists()
                     else f"{submissions} is not a folder (expected one entry per student in it)")
+    if cluster is not None:
+        from grader.cluster import PIP_HINT, available
+
+        if jobs:
+            usage_error("--jobs has no meaning with --cluster: the cluster's workers grade as many "
+                        "students at once as they have threads")
+        if not available():
+            usage_error(PIP_HINT)
     chapters = _chapters(chapter)
     out = out if out is not None else default_out(submissions, chapters)
     if out.exists() and not out.is_dir():
@@ -133,6 +146,7 @@ def batch(
 
     from grader.batch import GradingOptions, print_summary, run_batch
     from grader.class_folder import entry_paths
+    from grader.cluster import ClusterError
 
     try:
         if not entry_paths(submissions, out):
@@ -147,9 +161,13 @@ def batch(
             task = progress.add_task("students", total=None, broken=0)
             result = run_batch(
                 submissions, out, GradingOptions(seed, timeout, chapters), jobs or os.cpu_count() or 1, force,
-                lambda done, total, broken: progress.update(task, completed=done, total=total, broken=broken))
+                lambda done, total, broken: progress.update(task, completed=done, total=total, broken=broken),
+                cluster)
     except OutFolderTaken as error:  # another batch took it since the check above
         usage_error(str(error))
+    except ClusterError as error:  # what was graded is kept: a run once it is fixed goes on from there
+        stderr.print(f"[bold red]cluster error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(3) from None
     except OSError as error:  # the out folder cannot be written, SUBMISSIONS cannot be read
         usage_error(f"{error.filename or out}: {error.strerror}")
     print_summary(result, stdout)
