@@ -49,6 +49,13 @@ A worker that dies costs its student a retry, never the batch: the
 scheduler gives the task to another worker (up to its ``allowed-failures``).
 A task not answered within ``student_seconds`` and a margin gets a row that
 says so, and the batch goes on.
+
+Deploying: ``dask scheduler`` on one machine; on each machine that grades,
+this same course installed (``pip install -e ".[cluster]"``) and ``dask
+worker tcp://SCHEDULER:8786 --nthreads N``, N about its cores (a student's
+grading keeps about one core busy); then ``mha-course batch SUBMISSIONS
+--cluster tcp://SCHEDULER:8786``. The client sends as many students at once
+as the cluster has threads, largest first, as a local batch's ``--jobs``.
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def scheduler(tmp_path_factory):
                        folder / "scheduler.log")]
     try:
         processes.append(start([*dask, "worker", "--scheduler-file", str(address), "--nworkers", str(WORKERS),
-                                "--nthreads", "1", "--preload", str(WORKER_HOOK), *local],
+                                "--nthreads", "1", "--preload", str(WORKER_HOOK), *local,
+                                "--local-directory", str(folder / "workers")],  # not /tmp: they are killed
                                folder / "workers.log"))
         deadline = time.monotonic() + 120
         while (folder / "workers.log").read_text(errors="replace").count("Registered to") < WORKERS:
@@ -192,11 +193,12 @@ def test_a_task_that_hangs_gets_its_row_and_the_batch_ends(scheduler, tmp_path):
 def test_a_worker_of_another_version_of_the_course_is_refused(scheduler, tmp_path):
     """Here the client's fingerprint is made to differ, as a worker's would
     with other checks or solutions installed: no grade of it is written."""
-    address, _ = scheduler
+    scheduler_file, _ = scheduler
+    address = json.loads(scheduler_file.read_text(encoding="utf-8"))["address"]  # tcp://127.0.0.1:PORT
     submissions = tmp_path / "class"
     write(submissions / "ada" / PY, SOLUTION)
     out = tmp_path / "out"
-    done = mha_course("batch", str(submissions), "-c", "ch01", "--cluster", str(address), "--out", str(out),
+    done = mha_course("batch", str(submissions), "-c", "ch01", "--cluster", address, "--out", str(out),
                       patch="import grader.batch as b\nb.grader_fingerprint = lambda: 'f' * 64")
     assert done.returncode == 3, done.stdout + done.stderr
     assert "cluster error: the worker tcp://127.0.0.1:" in done.stderr
@@ -225,6 +227,15 @@ def test_without_dask_the_error_says_what_to_install(tmp_path):
     assert not (tmp_path / "class-grades").exists()
 
 
+def test_a_local_batch_imports_no_dask(tmp_path):
+    from test_startup import imported
+
+    write(tmp_path / "class" / "ada_ch01.py", b"\xff\xfe")  # a row with a note: no check runs
+    done, modules = imported(tmp_path, "batch", str(tmp_path / "class"), "--seed", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "grader.batch" in modules and not [name for name in modules if name.split(".")[0] in ("dask", "distributed")]
+
+
 def test_every_entry_unpacked_from_its_parcel_is_found_as_the_original(tmp_path):
     """Files travel, not paths: each entry of test_batch's class of thirty
     (folders, zips, loose files, links, broken ones), packed and unpacked
@@ -249,6 +260,14 @@ def test_a_folder_travels_without_what_is_not_graded(tmp_path):
     assert {member.path: member.kind for member in parcel.members} == {"ada": "folder", "ada/data": "folder",
                                                                      f"ada/{PY}": "file"}
     assert parcel.bytes == len(SOLUTION.encode())
+
+
+def test_a_parcel_larger_than_a_task_takes_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "MAX_PARCEL_BYTES", 1000)
+    write(tmp_path / "ada" / PY, SOLUTION)
+    (entry,) = list_entries(tmp_path)
+    with pytest.raises(cluster.TooLarge, match="MB a cluster.s task takes"):
+        cluster.pack(entry)
 
 
 def pickled(parcel):
