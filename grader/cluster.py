@@ -358,6 +358,8 @@ class _Service:
         fork die with their server)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()  # were its group not its own
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
@@ -421,6 +423,8 @@ def grade_on_cluster(entries: list[Entry], options, address: str,
 
     if not available():
         raise ClusterError(PIP_HINT)
+    if not entries:  # a re-run with nothing changed needs no cluster
+        return ""
     if fingerprint is None:
         fingerprint = _apart(grader_fingerprint)  # forked before Dask's threads exist
     seconds = student_seconds(options) + MARGIN_SECONDS
