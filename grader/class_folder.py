@@ -78,7 +78,7 @@ def list_entries(submissions: Path, leave_out: Path | None = None) -> list[Entry
         by_student.setdefault(student_id(path), []).append(path)
     entries = []
     for student, paths in by_student.items():
-        if len(paths) > 1 and not all(map(_loose, paths)):
+        if len(paths) > 1 and not all(map(is_loose, paths)):
             groups = [(path.name, (path,)) for path in paths]
         else:
             groups = [(student, tuple(sorted(paths)))]
@@ -99,7 +99,7 @@ def entry_paths(submissions: Path, leave_out: Path | None = None) -> list[Path]:
 CHAPTER_PART = re.compile(CHAPTER_IN_NAME.pattern, re.IGNORECASE)
 
 
-def _loose(path: Path) -> bool:
+def is_loose(path: Path) -> bool:
     """A single ``.py`` or ``.ipynb`` in SUBMISSIONS, not in a student's folder."""
     return path.suffix.lower() in SUBMISSION_SUFFIXES and not path.is_dir() and bool(path.stem)
 
@@ -109,7 +109,7 @@ def student_id(path: Path) -> str:
     ``.zip``, a loose file's less its suffix and its chapter (``bob_ch01.py``
     and ``Bob-CH4-rope.ipynb``: ``bob`` and ``Bob``). A loose file named for
     its chapter only (``ch01_self_attention.py``) keeps its whole stem."""
-    if _loose(path):
+    if is_loose(path):
         match = CHAPTER_PART.search(path.stem)
         student = path.stem[:match.start()].rstrip("_-. ") if match else ""
         return student or path.stem
@@ -276,7 +276,7 @@ def submission_targets(paths: tuple[Path, ...], scratch: Path,
     elif len(paths) == 1 and first.suffix.lower() == ".zip":
         extract_zip(first, scratch)
         found = chapters_of(scratch, chapters)
-    elif all(map(_loose, paths)):
+    elif all(map(is_loose, paths)):
         found = _loose_chapters(paths, scratch, chapters)
     else:
         raise Unusable(f"{first.name} is not a folder, a .py file, an .ipynb notebook or a .zip")

@@ -81,7 +81,7 @@ from pathlib import Path, PurePosixPath
 
 from grader.batch_state import StudentGrade, grader_fingerprint
 from grader.catalog import SUBMISSION_SUFFIXES, find_chapter
-from grader.class_folder import Entry, _loose
+from grader.class_folder import Entry, is_loose
 from grader.finding import holds_no_work, submission_files
 
 # Mirrors grader.batch's; imported there lazily, so that batch imports this module only with --cluster.
@@ -174,7 +174,7 @@ def pack(entry: Entry) -> Parcel:
         members += [_member(path, f"{first.name}/{path.relative_to(first).as_posix()}") for path in refused]
     elif len(paths) == 1 and first.suffix.lower() == ".zip":
         members.append(_member(first, first.name, follow=True))
-    elif all(map(_loose, paths)):
+    elif all(map(is_loose, paths)):
         members += [_member(path, path.name) for path in paths]
     else:  # not a kind of entry the batch grades: its names say so
         members += [Member(path.name, "name") for path in paths]
