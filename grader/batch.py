@@ -126,7 +126,7 @@ def grade_student(entry: Entry, options: GradingOptions) -> StudentGrade:
         with tempfile.TemporaryDirectory(prefix="mha-batch-") as scratch:
             grade = _grade_entry(entry, Path(scratch), options)
     except Exception as error:  # a bug of the grader: one row says so, the batch goes on
-        grade = _ungraded(entry, f"the grader failed on this submission ({type(error).__name__}: "
+        grade = ungraded(entry, f"the grader failed on this submission ({type(error).__name__}: "
                                  f"{error}); please report it", options.chapters)
     grade.seconds = round(time.perf_counter() - started, 3)
     return grade
@@ -141,7 +141,7 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
     try:
         targets, found = submission_targets(entry.paths, scratch, options.chapters)
     except Unusable as error:
-        return _ungraded(entry, str(error), options.chapters)
+        return ungraded(entry, str(error), options.chapters)
     # A file the loader cannot read (not UTF-8, a notebook that is not JSON)
     # is left out with its reason; the student's other chapters are graded.
     readable, problems = [], {}
@@ -153,12 +153,12 @@ def _grade_entry(entry: Entry, scratch: Path, options: GradingOptions) -> Studen
             problems[chapter.id] = f"{chapter.id} not graded: {error}"
     note = "; ".join(problems.values())
     if not readable:
-        return _ungraded(entry, note, options.chapters)
+        return ungraded(entry, note, options.chapters)
     limits = Limits.per_check(options.check_seconds)
     try:
         report = grade(readable, limits=limits, seed=options.seed)
     except GraderError as error:
-        return _ungraded(entry, f"the checks could not run: {str(error).splitlines()[0]}", options.chapters)
+        return ungraded(entry, f"the checks could not run: {str(error).splitlines()[0]}", options.chapters)
     graded = [chapter.id for chapter, _ in readable]
     sources = found.sources()
     report.sources = {chapter_id: sources[chapter_id] for chapter_id in graded}  # as `grade` shows them
@@ -186,7 +186,7 @@ def _results(graded: dict, reasons: dict[str, str], seed: int | None, files: dic
     return results
 
 
-def _ungraded(entry: Entry, reason: str, chapters: tuple[Chapter, ...]) -> StudentGrade:
+def ungraded(entry: Entry, reason: str, chapters: tuple[Chapter, ...]) -> StudentGrade:
     """The row of a submission that could not be graded: 0 points, the reason."""
     graded = {"output": f"submission: {reason}", "execution_time": 0.0, "tests": []}
     reasons = {chapter.id: f"not graded: {reason}" for chapter in chapters}
@@ -261,7 +261,7 @@ def run_batch(
     out.mkdir(parents=True, exist_ok=True)
     # Apart: what it reads must not be in the memory students' workers are forked from
     # (with a cluster, none is forked from here).
-    fingerprint = grader_fingerprint() if cluster is not None else _apart(grader_fingerprint)
+    fingerprint = grader_fingerprint() if cluster is not None else computed_apart(grader_fingerprint)
     previous, checks_changed = ({}, False) if force else load_state(out, fingerprint, owner)
     entries = list_entries(submissions, leave_out=out)
     grades = {entry.student: previous[entry.student] for entry in entries
@@ -286,7 +286,7 @@ def run_batch(
              stopped: str = "the grader's process stopped while grading this submission") -> None:
         nonlocal broken
         if grade is None:  # the grading process itself died (killed, out of memory), or the cluster's did
-            grade = _ungraded(entry, f"{stopped}; run the batch again", options.chapters)
+            grade = ungraded(entry, f"{stopped}; run the batch again", options.chapters)
             retry[entry.student] = grade  # in the CSV, not in the state: graded again next run
         else:
             grades[grade.student] = grade
@@ -332,7 +332,7 @@ def _grade_here(pending: list[Entry], options: GradingOptions, jobs: int,
         grade_each(pending, options, max(1, jobs), done)
 
 
-def _apart(function: Callable[[], str]) -> str:
+def computed_apart(function: Callable[[], str]) -> str:
     """``function()``, computed in a forked child: what it reads (the
     reference solutions) never enters this process's memory, from which
     every student's workers are forked."""
@@ -389,7 +389,7 @@ def grade_each(entries: list[Entry], options: GradingOptions, jobs: int,
                 if time.monotonic() > grading.deadline:
                     del running[fd]
                     grading.stop()
-                    done(grading.entry, _ungraded(grading.entry, f"grading did not end within {limit:g} s "
+                    done(grading.entry, ungraded(grading.entry, f"grading did not end within {limit:g} s "
                                                   "and was stopped (a submission that hangs the grader?)",
                                                   options.chapters))
     finally:

@@ -289,7 +289,7 @@ def serve(chapter_ids: list[str], check_seconds: float, parent: int) -> None:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     chapters = tuple(find_chapter(chapter_id) for chapter_id in chapter_ids)
-    fingerprint = batch._apart(grader_fingerprint)
+    fingerprint = batch.computed_apart(grader_fingerprint)
     preload(chapters)
     with clean_parent():
         for chapter in chapters:
@@ -419,14 +419,14 @@ def grade_on_cluster(entries: list[Entry], options, address: str,
             reached, no worker joins, or a worker grades with other checks
             or solutions; the students done by then have had ``done``.
     """
-    from grader.batch import _apart, _ungraded, student_seconds
+    from grader.batch import computed_apart, student_seconds, ungraded
 
     if not available():
         raise ClusterError(PIP_HINT)
     if not entries:  # a re-run with nothing changed needs no cluster
         return ""
     if fingerprint is None:
-        fingerprint = _apart(grader_fingerprint)  # forked before Dask's threads exist
+        fingerprint = computed_apart(grader_fingerprint)  # forked before Dask's threads exist
     seconds = student_seconds(options) + MARGIN_SECONDS
     backstop = seconds + SERVICE_START_SECONDS  # a task that never starts or never answers
     client = _connect(address)
@@ -453,7 +453,7 @@ def grade_on_cluster(entries: list[Entry], options, address: str,
                 try:
                     parcel = pack(entry)
                 except TooLarge as error:
-                    done(entry, _ungraded(entry, str(error), options.chapters))
+                    done(entry, ungraded(entry, str(error), options.chapters))
                     continue
                 future = client.submit(grade_parcel, parcel, options, fingerprint, seconds, pure=False,
                                        key=f"mha-course-grade-{entry.student}-{uuid.uuid4().hex[:8]}")

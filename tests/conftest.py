@@ -37,8 +37,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # test_release_replay's one test needs both, the edition first, which it writes while
 # test_known_bugs's process runs the verify; then it runs verify in the edition's mode.
 LONGEST_FIRST = ("test_release_replay.py", "test_known_bugs.py", "test_correct_styles.py", "test_notebooks.py",
-                 "test_attacks.py", "test_release.py", "test_gradescope.py", "test_secrets.py", "test_scaffold.py",
-                 "test_batch.py", "test_cluster.py", "test_course.py")
+                 "test_attacks.py", "test_release.py", "test_gradescope.py", "test_prairielearn.py",
+                 "test_secrets.py", "test_scaffold.py", "test_batch.py", "test_cluster.py", "test_course.py")
 
 
 # The suite's shared computations, each a few minutes on a loaded machine (``verification``

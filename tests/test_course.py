@@ -106,6 +106,8 @@ MEASURED = re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s|min|KB|MB|GB|KiB|MiB|GiB)\b")
 SETTINGS = {
     "64 MiB": "the largest file a worker may write, an rlimit (grader/isolation.py)",
     "768 MB": "Gradescope's default memory for an autograder, not a figure of ours",
+    "600 s": "PrairieLearn's cap on a grading job's timeout",
+    "1 MiB": "PrairieLearn's limit on a job's results.json",
 }
 
 
