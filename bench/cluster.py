@@ -28,17 +28,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batch_throughput import make_class  # noqa: E402
+from batch_throughput import make_class, wall_time  # noqa: E402
 
 from grader.catalog import CHAPTERS, find_chapter  # noqa: E402
-
-
-def wall_time(command: list[str]) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
-    return time.perf_counter() - started
 
 
 @contextlib.contextmanager

@@ -230,7 +230,7 @@ def run_batch(
     jobs: int = 1,
     force: bool = False,
     progress: Callable[[int, int, int], None] | None = None,
-    cluster: str | None = None,
+    elsewhere: Callable[..., str] | None = None,
 ) -> BatchResult:
     """Grade every student of ``submissions`` whose entry changed; write the
     CSV, the results JSON of each student graded and the state.
@@ -244,24 +244,26 @@ def run_batch(
         force: grade every student, changed or not.
         progress: called with ``(students done, students to grade, could
             not be graded)`` as students finish.
-        cluster: grade each student as a task on the Dask cluster of this
-            scheduler address (or scheduler file) instead of here
-            (``grader.cluster``); ``jobs`` is then the cluster's to decide.
+        elsewhere: where the students are graded instead of here, as
+            ``elsewhere(pending entries, options, done, fingerprint)``, which
+            calls ``done`` as ``grade_each`` does and returns what its
+            sandbox lacks: a Dask cluster's workers
+            (``cluster.on_cluster(ADDRESS)``); ``jobs`` is then its to decide.
 
     Raises:
         OutFolderTaken: ``out`` holds grades of another class or other
             chapters, or files no batch recorded; nothing was written.
-        cluster.ClusterError: the cluster cannot grade (unreachable, no
-            workers, another version of the course on a worker); what was
-            graded by then is kept, and not graded again.
+        cluster.ClusterError: from ``elsewhere``, which cannot grade
+            (unreachable, no workers, another version of the course on a
+            worker); what was graded by then is kept, and not graded again.
     """
 
     owner = Owner.of(submissions, options.chapters)
     claim(out, owner)
     out.mkdir(parents=True, exist_ok=True)
     # Apart: what it reads must not be in the memory students' workers are forked from
-    # (with a cluster, none is forked from here).
-    fingerprint = grader_fingerprint() if cluster is not None else computed_apart(grader_fingerprint)
+    # (graded elsewhere, none is forked from here).
+    fingerprint = grader_fingerprint() if elsewhere is not None else computed_apart(grader_fingerprint)
     previous, checks_changed = ({}, False) if force else load_state(out, fingerprint, owner)
     entries = list_entries(submissions, leave_out=out)
     grades = {entry.student: previous[entry.student] for entry in entries
@@ -277,7 +279,7 @@ def run_batch(
     (out / RESULTS_FOLDER).mkdir(exist_ok=True)
     if progress:
         progress(0, len(pending), 0)
-    if len(pending) > 1 and cluster is None:  # imported once here, not once per student
+    if len(pending) > 1 and elsewhere is None:  # imported once here, not once per student
         from grader.sandbox import preload
 
         preload(options.chapters)
@@ -299,10 +301,8 @@ def run_batch(
 
     kept = len(grades)
     try:
-        if cluster is not None:  # no clean parent here: each worker's grading service has its own
-            from grader.cluster import grade_on_cluster
-
-            unprotected = grade_on_cluster(pending, options, cluster, done, fingerprint)
+        if elsewhere is not None:  # no clean parent here: each worker's grading service has its own
+            unprotected = elsewhere(pending, options, done, fingerprint)
         else:
             from grader.sandbox import layers
 

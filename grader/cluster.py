@@ -1,6 +1,6 @@
 """Grade a class on a Dask cluster: ``mha-course batch SUBMISSIONS --cluster ADDRESS``.
 
-Why: one machine grades a few whole-course submissions a second; a class of
+Why: one machine grades a whole-course submission every few seconds; a class of
 thousands, or a regrade of every term after a check changes, wants many. A
 Dask scheduler (``dask scheduler``, or one that dask-jobqueue starts on
 Slurm or PBS, or dask-kubernetes) hands each student to one of its workers,
@@ -8,7 +8,7 @@ on as many machines as there are. Everything else is ``batch``'s own
 (``grader.batch.run_batch``): the out folder, the signed state, the CSV, the
 results JSON, the summary, regrading only what changed. Only where a
 student is graded differs: ``grade_on_cluster`` has ``batch.grade_each``'s
-contract, and ``run_batch(..., cluster=ADDRESS)`` calls it instead.
+contract, and ``run_batch(..., elsewhere=on_cluster(ADDRESS))`` calls it instead.
 
 What travels, and in what shape:
 
@@ -477,6 +477,15 @@ def grade_on_cluster(entries: list[Entry], options, address: str,
             task.future.cancel()
         client.close()
     return " / ".join(sorted(unprotected - {""}))
+
+
+def on_cluster(address: str) -> Callable[..., str]:
+    """``batch.run_batch``'s ``elsewhere``: its pending students graded on
+    the Dask cluster at ``address`` (``grade_on_cluster``)."""
+    def grade(entries: list[Entry], options, done: Callable[..., None], fingerprint: str) -> str:
+        return grade_on_cluster(entries, options, address, done, fingerprint)
+
+    return grade
 
 
 def _connect(address: str):

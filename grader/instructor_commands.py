@@ -146,7 +146,7 @@ def batch(
 
     from grader.batch import GradingOptions, print_summary, run_batch
     from grader.class_folder import entry_paths
-    from grader.cluster import ClusterError
+    from grader.cluster import ClusterError, on_cluster
 
     try:
         if not entry_paths(submissions, out):
@@ -162,7 +162,7 @@ def batch(
             result = run_batch(
                 submissions, out, GradingOptions(seed, timeout, chapters), jobs or os.cpu_count() or 1, force,
                 lambda done, total, broken: progress.update(task, completed=done, total=total, broken=broken),
-                cluster)
+                on_cluster(cluster) if cluster is not None else None)
     except OutFolderTaken as error:  # another batch took it since the check above
         usage_error(str(error))
     except ClusterError as error:  # what was graded is kept: a run once it is fixed goes on from there
