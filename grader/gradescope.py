@@ -52,16 +52,12 @@ from pathlib import Path
 from grader import reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter, gradescope_test_name
 from grader.finding import Found
-from grader.hosted import SECRETS, STUDENT_USER, grade_folder, write_results
+from grader.hosted import SECRETS, STUDENT_USER, filled, grade_folder, missing_solutions, write_results
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # Gradescope's values
 VENV = "/opt/mha-course/venv"  # where setup.sh installs the course and torch
 
-# The two scripts are templates in grader/templates/, where a shell linter and
-# an editor can see them. Their placeholders are @NAME@, not $NAME or {name}:
-# both are full of shell variables and braces.
-TEMPLATES = Path(__file__).resolve().parent / "templates"
-SCRIPTS = ("setup.sh", "run_autograder")
+SCRIPTS = ("setup.sh", "run_autograder")  # templates in hosted.TEMPLATES
 
 
 # -- the bundle -------------------------------------------------------------------
@@ -102,13 +98,7 @@ def bundle_scripts(chapters: tuple[Chapter, ...] | list[Chapter] = CHAPTERS,
         "@VENV@": VENV,
         "@SECRETS@": " ".join(SECRETS),
     }
-    scripts = {}
-    for name in SCRIPTS:
-        template = (TEMPLATES / name).read_text(encoding="utf-8")
-        for placeholder, value in values.items():
-            template = template.replace(placeholder, value)
-        scripts[name] = template
-    return scripts
+    return {name: filled(name, values) for name in SCRIPTS}
 
 
 def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAPTERS,
@@ -126,8 +116,7 @@ def write_bundle(out: Path, chapters: tuple[Chapter, ...] | list[Chapter] = CHAP
         BundleError: ``root`` lacks a chapter's reference solution.
         OSError: ``out`` cannot be written.
     """
-    missing = [f"solutions/{chapter.module}.py" for chapter in chapters
-               if not chapter.solution(root).is_file()]
+    missing = missing_solutions(chapters, root)
     if missing:
         raise BundleError(f"no {', '.join(missing)}: the autograder grades against the reference "
                           "solutions, so build it from the instructor's tree")

@@ -41,11 +41,32 @@ from grader.finding import Found, find_chapters
 
 STUDENT_USER = "mha-student"  # the account each platform's image or setup creates for student code
 
+# The platforms' scripts and the Dockerfile are templates in grader/templates/,
+# where a shell linter and an editor can see them. Their placeholders are
+# @NAME@, not $NAME or {name}: both are full of shell variables and braces.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
 # What only root may read in a container, relative to the course's folder:
 # the reference, and every chapter's checks, known bugs and oracles, with
 # what the chapters' checks and oracles share. The platforms' scripts take
 # this list (their @SECRETS@ placeholder).
 SECRETS = ("solutions", "grader/chapters", "grader/checks.py", "grader/oracles.py")
+
+
+def filled(template: str, values: dict[str, str]) -> str:
+    """The template named ``template`` in ``TEMPLATES``, each placeholder
+    (``@NAME@``, a key of ``values``) replaced by its value."""
+    text = (TEMPLATES / template).read_text(encoding="utf-8")
+    for placeholder, value in values.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def missing_solutions(chapters: Sequence[Chapter], root: Path) -> list[str]:
+    """``solutions/chNN_topic.py`` of each of ``chapters`` that ``root``
+    lacks: a platform's grader grades against them, so its files are made
+    from the instructor's tree only."""
+    return [f"solutions/{chapter.module}.py" for chapter in chapters if not chapter.solution(root).is_file()]
 
 
 @dataclass

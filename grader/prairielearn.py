@@ -67,7 +67,7 @@ from pathlib import Path
 from grader import reaping
 from grader.catalog import CHAPTERS, COURSE_ROOT, Chapter, find_chapter
 from grader.gradescope import BundleError, bundle_sources, expected_files, gradescope_results
-from grader.hosted import SECRETS, STUDENT_USER, grade_folder, write_results
+from grader.hosted import SECRETS, STUDENT_USER, filled, grade_folder, missing_solutions, write_results
 
 IMAGE = "mha-course/grader"  # the Docker Hub name the questions use unless told another
 COURSE = "mha-course"  # the course's folder in serverFilesCourse/ and in questions/
@@ -77,8 +77,7 @@ MAX_JOB_SECONDS = 600  # PrairieLearn's cap on a question's timeout
 # The questions' ids, stable across exports: the same chapter keeps its
 # question (and its students' grades) when the course is exported again.
 UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/mha-course/prairielearn")
-TEMPLATES = Path(__file__).resolve().parent / "templates"
-RUN_TEMPLATE = "run_prairielearn"
+RUN_TEMPLATE = "run_prairielearn"  # templates in hosted.TEMPLATES
 DOCKERFILE_TEMPLATE = "prairielearn.Dockerfile"
 
 
@@ -170,13 +169,6 @@ def torch_version() -> str:
     return torch.__version__.split("+")[0]
 
 
-def _filled(template: str, values: dict[str, str]) -> str:
-    text = (TEMPLATES / template).read_text(encoding="utf-8")
-    for placeholder, value in values.items():
-        text = text.replace(placeholder, value)
-    return text
-
-
 def course_files(chapters: Sequence[Chapter] = CHAPTERS, image: str = IMAGE, timeout: float = 10.0,
                  root: Path = COURSE_ROOT) -> dict[str, bytes]:
     """Every file ``write_course`` writes, by its path in OUT.
@@ -185,17 +177,16 @@ def course_files(chapters: Sequence[Chapter] = CHAPTERS, image: str = IMAGE, tim
         BundleError: ``root`` lacks a chapter's reference solution, or the
             course is not installed.
     """
-    missing = [f"solutions/{chapter.module}.py" for chapter in chapters
-               if not chapter.solution(root).is_file()]
+    missing = missing_solutions(chapters, root)
     if missing:
         raise BundleError(f"no {', '.join(missing)}: the grader grades against the reference "
                           "solutions, so export the course from the instructor's tree")
     values = {"@IMAGE@": image, "@TORCH@": torch_version(), "@STUDENT_USER@": STUDENT_USER,
               "@SECRETS@": " ".join(SECRETS), "@COURSE@": COURSE}
     files = {
-        "image/Dockerfile": _filled(DOCKERFILE_TEMPLATE, values).encode(),
+        "image/Dockerfile": filled(DOCKERFILE_TEMPLATE, values).encode(),
         "image/requirements.txt": requirements().encode(),
-        f"serverFilesCourse/{COURSE}/{ENTRY}": _filled(RUN_TEMPLATE, values).encode(),
+        f"serverFilesCourse/{COURSE}/{ENTRY}": filled(RUN_TEMPLATE, values).encode(),
         "README.md": deployment_readme(chapters, image, timeout).encode(),
     }
     for name in bundle_sources(root):

@@ -23,7 +23,8 @@ import pytest
 
 from conftest import NO_SUCH_CHAPTER
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
-from grader.gradescope import SCRIPTS, TEMPLATES, write_bundle
+from grader.gradescope import SCRIPTS, write_bundle
+from grader.hosted import TEMPLATES
 from grader.notebooks import notebook_text
 
 CH01, CH02 = find_chapter("ch01"), find_chapter("ch02")
