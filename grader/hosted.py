@@ -89,14 +89,16 @@ class Hosted:
 
 def grade_folder(submission: Path, chapters: Sequence[Chapter], timeout: float = 10.0,
                  student_user: str = STUDENT_USER, log: Callable[[str], None] = print,
-                 seed: int | None = None) -> Hosted:
+                 seed: int | None = None, found: Found | None = None) -> Hosted:
     """Grade the chapter files found in ``submission`` (a folder; it may not
     exist) with each check limited to ``timeout`` seconds of CPU; student
-    code runs as ``student_user`` when this process is root. Returns once
-    every process the grade started has stopped."""
+    code runs as ``student_user`` when this process is root. ``found``: what
+    ``find_chapters`` found there, when the caller has looked already.
+    Returns once every process the grade started has stopped."""
     started = time.perf_counter()
     seed = secrets.randbelow(2**31) if seed is None else seed
-    found = find_chapters(submission, chapters) if submission.is_dir() else Found()
+    if found is None:
+        found = find_chapters(submission, chapters) if submission.is_dir() else Found()
     report = None
     if found.chosen:
         # Everything the verdict needs is imported before any student code

@@ -340,17 +340,17 @@ def grade_job(root: Path, chapters: Sequence[Chapter], timeout: float = 10.0,
               student_user: str = STUDENT_USER, seed: int | None = None, log=print) -> dict:
     """Grade ``root/student`` and write ``root/results/results.json``; returns
     what was written."""
-    from grader.finding import find_chapters
+    from grader.finding import Found, find_chapters
 
     student = root / "student"
-    found = find_chapters(student, chapters) if student.is_dir() else None
-    if found is None or not found.chosen:
+    found = find_chapters(student, chapters) if student.is_dir() else Found()
+    if not found.chosen:
         results = not_gradable([f"No file of {', '.join(chapter.id for chapter in chapters)} was uploaded. "
                                 + expected_files(chapters)], "Nothing was graded: upload your file.")
     elif problems := unreadable(found, chapters):
         results = not_gradable(problems, "Nothing was graded: the grader cannot read your file.")
     else:
-        graded = grade_folder(student, chapters, timeout, student_user, log, seed)
+        graded = grade_folder(student, chapters, timeout, student_user, log, seed, found)
         gradescope = gradescope_results(graded.found, chapters, graded.report, "visible", graded.seed,
                                         graded.seconds)
         results = prairielearn_results(gradescope, graded.seed)
