@@ -402,14 +402,14 @@ class _Task:
 
 
 def grade_on_cluster(entries: list[Entry], options, address: str,
-                     done: Callable[..., None], fingerprint: str | None = None) -> str:
+                     done: Callable[..., None], fingerprint: str) -> str:
     """Grade each entry as a task on the Dask cluster at ``address`` (the
     scheduler's, ``tcp://host:8786``, or its scheduler file), in order, as
     many at a time as the cluster has threads, and call ``done(entry,
     grade)`` as each ends: ``grade`` None when the grading died, with a third
     argument, why, when it was not the grading process (the worker's service
     died, no answer in time). ``fingerprint``: this course's
-    (``grader_fingerprint``), computed here when None.
+    (``grader_fingerprint``), which every worker's must equal.
 
     Returns what the workers' sandbox lacks (``isolation.missing``; "" when
     nothing).
@@ -419,14 +419,12 @@ def grade_on_cluster(entries: list[Entry], options, address: str,
             reached, no worker joins, or a worker grades with other checks
             or solutions; the students done by then have had ``done``.
     """
-    from grader.batch import computed_apart, student_seconds, ungraded
+    from grader.batch import student_seconds, ungraded
 
     if not available():
         raise ClusterError(PIP_HINT)
     if not entries:  # a re-run with nothing changed needs no cluster
         return ""
-    if fingerprint is None:
-        fingerprint = computed_apart(grader_fingerprint)  # forked before Dask's threads exist
     seconds = student_seconds(options) + MARGIN_SECONDS
     backstop = seconds + SERVICE_START_SECONDS  # a task that never starts or never answers
     client = _connect(address)
