@@ -150,6 +150,38 @@ class Draw:
         return torch.randint(0, below, shape, generator=self.generator)
 
 
+def forging(paths: list[Path], forged: dict, mode: str = "w") -> str:
+    """Module-level statements that write ``forged`` (as JSON) into each of
+    ``paths`` (``open`` with ``mode``) at once, then from a child process
+    that outlives its worker and goes on writing for 10 s: added to a
+    submission, they try to forge its results or the grader's files."""
+    return f'''
+
+import json as _json, os as _os, time as _time
+
+def _forge():
+    for path in {[str(path) for path in paths]!r}:
+        try:
+            with open(path, {mode!r}) as file:
+                _json.dump({forged!r}, file)
+        except OSError:
+            pass
+
+_forge()
+try:
+    if _os.fork() == 0:  # a process that outlives its worker and keeps writing
+        try:
+            _os.setsid()
+            for _ in range(200):
+                _forge()
+                _time.sleep(0.05)
+        finally:
+            _os._exit(0)
+except OSError:
+    pass
+'''
+
+
 def replace_function(source: str, name: str, new_definition: str) -> str:
     """``source`` with the top-level function (or class) ``name`` replaced."""
     start, end = function_span(source, name)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NO_SUCH_CHAPTER
+from conftest import NO_SUCH_CHAPTER, forging
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.gradescope import SCRIPTS, write_bundle
 from grader.hosted import TEMPLATES
@@ -191,30 +191,7 @@ def test_a_notebook_in_a_folder_among_other_files(autograder):
 
 def test_a_submission_cannot_write_its_own_results(autograder):
     results_path = autograder.root / "results" / "results.json"
-    forger = SOLUTION + f'''
-
-import json as _json, os as _os, time as _time
-
-def _forge():
-    try:
-        with open({str(results_path)!r}, "w") as file:
-            _json.dump({{"score": 1000, "output": "forged", "tests": []}}, file)
-    except OSError:
-        pass
-
-_forge()
-try:
-    if _os.fork() == 0:  # a process that outlives its worker and keeps writing
-        try:
-            _os.setsid()
-            for _ in range(200):
-                _forge()
-                _time.sleep(0.05)
-        finally:
-            _os._exit(0)
-except OSError:
-    pass
-'''
+    forger = SOLUTION + forging([results_path], {"score": 1000, "output": "forged", "tests": []})
     results, _ = autograder({CH01.file_name: forger})
     # Its statements ran, in the sandbox: its honest exercises keep their points,
     # and what it wrote (or its child would have) is not the results.

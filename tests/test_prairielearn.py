@@ -26,7 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import NO_SUCH_CHAPTER, replace_function
+from conftest import NO_SUCH_CHAPTER, forging, replace_function
 from grader.catalog import CHAPTERS, COURSE_ROOT, find_chapter
 from grader.gradescope import bundle_sources
 from grader.hosted import STUDENT_USER
@@ -112,10 +112,15 @@ def grade_root(course: Path, folder: Path) -> Path:
     return folder
 
 
-def run_job(course: Path, root: Path, chapter, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the question's entry point as PrairieLearn does, ``/grade`` being ``root``."""
+def run_job(course: Path, root: Path, chapter, env: dict | None = None,
+            chapters: str | None = None) -> subprocess.CompletedProcess:
+    """Run the question's entry point as PrairieLearn does, ``/grade`` being
+    ``root``; ``chapters``: another value of its ``--chapters``, as a question
+    of several chapters would have."""
     entry = [part.replace("/grade", str(root), 1) if part.startswith("/grade/") else part
              for part in info(course, chapter)["externalGradingOptions"]["entrypoint"]]
+    if chapters is not None:
+        entry[entry.index("--chapters") + 1] = chapters
     env = {**os.environ, "MHA_COURSE_GRADE_ROOT": str(root), "MHA_COURSE_PYTHON": sys.executable, **(env or {})}
     return subprocess.run(["bash", *entry], cwd=root, env=env, capture_output=True, text=True, timeout=240)
 
@@ -272,31 +277,7 @@ def self_attention(x, w_q, w_k, w_v, mask=None):
     with open({str(course / "solutions" / CH01.file_name)!r}) as reference:
         reference.read()
     return x
-''') + f'''
-
-import json as _json, os as _os, time as _time
-
-def _forge():
-    for path in ({str(results_path)!r}, {str(course / "grader" / "catalog.py")!r}):
-        try:
-            with open(path, "a") as file:
-                _json.dump({{"gradable": True, "score": 1.0}}, file)
-        except OSError:
-            pass
-
-_forge()
-try:
-    if _os.fork() == 0:
-        try:
-            _os.setsid()
-            for _ in range(100):
-                _forge()
-                _time.sleep(0.05)
-        finally:
-            _os._exit(0)
-except OSError:
-    pass
-'''
+''') + forging([results_path, course / "grader" / "catalog.py"], {"gradable": True, "score": 1.0}, mode="a")
     catalog = (course / "grader" / "catalog.py").read_bytes()
     results, _ = job({CH01.file_name: attack})
     points = {test["name"].split(":")[0]: (test["points"], test["max_points"]) for test in results["tests"]}
@@ -342,10 +323,7 @@ def test_an_attack_of_the_corpus_scores_nothing_and_its_chapter_keeps_the_rest(j
     files = {f"{find_chapter(attack.chapter).module}.py": attack.source() for attack in attacks}
     for name, source in files.items():
         (job.root / "student" / name).write_text(source)
-    done = subprocess.run(
-        ["bash", str(job.root / "serverFilesCourse" / "mha-course" / "run"), "--chapters", "ch01 ch03"],
-        env={**os.environ, "MHA_COURSE_GRADE_ROOT": str(job.root), "MHA_COURSE_PYTHON": sys.executable},
-        capture_output=True, text=True, timeout=240)
+    done = run_job(course, job.root, CH01, chapters="ch01 ch03")
     assert done.returncode == 0, done.stderr
     results = results_of(job.root)
     as_gradescope = [{"name": test["name"], "score": test["points"], "max_score": test["max_points"],
